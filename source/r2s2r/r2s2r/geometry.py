@@ -1,0 +1,66 @@
+"""Rotations in the conventions used throughout: quaternions (w, x, y, z) as MuJoCo and USD store them,
+roll-pitch-yaw as URDF (R = Rz(yaw) @ Ry(pitch) @ Rx(roll))."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def rpy_to_mat(rpy) -> np.ndarray:
+    r, p, y = rpy
+    cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
+    rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
+    ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+    rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
+    return rz @ ry @ rx
+
+
+def mat_to_quat(m: np.ndarray) -> np.ndarray:
+    """Rotation matrix to a unit quaternion with w >= 0."""
+    m = np.asarray(m, dtype=float)
+    t = np.trace(m)
+    if t > 0:
+        s = 2.0 * np.sqrt(t + 1.0)
+        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
+    else:
+        i = int(np.argmax(np.diag(m)))
+        j, k = (i + 1) % 3, (i + 2) % 3
+        s = 2.0 * np.sqrt(1.0 + m[i, i] - m[j, j] - m[k, k])
+        q = [0.0] * 4
+        q[0] = (m[k, j] - m[j, k]) / s
+        q[1 + i] = 0.25 * s
+        q[1 + j] = (m[j, i] + m[i, j]) / s
+        q[1 + k] = (m[k, i] + m[i, k]) / s
+    q = np.array(q)
+    q /= np.linalg.norm(q)
+    return q if q[0] >= 0 else -q
+
+
+def quat_to_mat(q) -> np.ndarray:
+    w, x, y, z = np.asarray(q, dtype=float) / np.linalg.norm(q)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+        ]
+    )
+
+
+def rpy_to_quat(rpy) -> np.ndarray:
+    return mat_to_quat(rpy_to_mat(rpy))
+
+
+def rotation_error(current: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Axis-angle vector (world frame) rotating `current` onto `target` (both 3x3)."""
+    r = target @ current.T
+    angle = np.arccos(np.clip((np.trace(r) - 1.0) / 2.0, -1.0, 1.0))
+    axis = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
+    s = np.sin(angle)
+    if s < 1e-6:
+        if angle < 1e-6:
+            return 0.5 * axis
+        # 180 degrees: axis from the symmetric part.
+        w, v = np.linalg.eigh(r)
+        return angle * v[:, np.argmax(w)]
+    return angle * axis / (2.0 * s)
