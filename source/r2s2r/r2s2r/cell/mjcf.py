@@ -19,6 +19,7 @@ import numpy as np
 from r2s2r.cell import robots
 from r2s2r.cell.spec import ArmCfg, BinCfg, CellCfg, ConfigError, ObjectCfg, Pose
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
+from r2s2r.physics.base import PeriodicJoint
 
 STATIC, OBJECT, ROBOT = 1, 2, 4
 SIDES = ("right", "left")
@@ -306,3 +307,8 @@ def build_model(cell: CellCfg) -> mujoco.MjModel:
     key = spec.add_key(name="home", qpos=data.qpos.copy(), ctrl=data.ctrl.copy())
     del key
     return spec.compile()
+
+
+def belt_periodic(model: mujoco.MjModel, cell: CellCfg) -> PeriodicJoint:
+    """The belt's slide joint wraps by one slat pitch, so it runs forever and its seams look continuous."""
+    return PeriodicJoint(int(model.joint("belt_slide").qposadr[0]), cell.belt.slat_pitch)

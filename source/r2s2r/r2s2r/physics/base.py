@@ -1,0 +1,80 @@
+"""The physics interface the task talks to; implementations step the same `MjModel`.
+
+Every backend holds `nworld` copies of the world. Arrays it returns are host (numpy) arrays with a leading world
+axis. `host_data(world)` gives a `MjData` holding that world's state, which is what renderers, the USD pose sync
+and kinematic queries read, so nothing downstream branches on the backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+
+@dataclass(frozen=True)
+class PeriodicJoint:
+    """A slide joint whose position is wrapped into [-period/2, period/2) after every step (the belt)."""
+
+    qpos_adr: int
+    period: float
+
+
+class PhysicsBackend(ABC):
+    name: str
+
+    def __init__(self, model: mujoco.MjModel, nworld: int = 1, periodic: tuple[PeriodicJoint, ...] = ()):
+        if nworld < 1:
+            raise ValueError(f"nworld = {nworld!r}: expected an integer >= 1")
+        self.model = model
+        self.nworld = nworld
+        self.periodic = periodic
+
+    @abstractmethod
+    def reset(self, qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray) -> None:
+        """Set every world's state ((nworld, nq), (nworld, nv), (nworld, nu); a single row is broadcast)."""
+
+    @abstractmethod
+    def set_ctrl(self, ctrl: np.ndarray) -> None:
+        """Set controls, (nworld, nu) or (nu,) broadcast to all worlds."""
+
+    @abstractmethod
+    def step(self, nsteps: int = 1) -> None:
+        """Advance every world by `nsteps` physics steps."""
+
+    @abstractmethod
+    def qpos(self) -> np.ndarray: ...
+
+    @abstractmethod
+    def qvel(self) -> np.ndarray: ...
+
+    @abstractmethod
+    def xpos(self) -> np.ndarray:
+        """Body positions (nworld, nbody, 3)."""
+
+    @abstractmethod
+    def xquat(self) -> np.ndarray:
+        """Body orientations (nworld, nbody, 4), w first."""
+
+    @abstractmethod
+    def host_data(self, world: int = 0) -> mujoco.MjData:
+        """A `MjData` holding world `world`'s current state with kinematics and contacts computed."""
+
+    @abstractmethod
+    def unstable(self) -> np.ndarray:
+        """(nworld,) bool: the world's state is not finite or the solver raised a warning since reset."""
+
+    @staticmethod
+    def _rows(x: np.ndarray, nworld: int, width: int, name: str) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        if x.ndim == 1:
+            x = np.broadcast_to(x, (nworld, x.shape[0]))
+        if x.shape != (nworld, width):
+            raise ValueError(f"{name} has shape {x.shape}: expected ({nworld}, {width}) or ({width},)")
+        return x
+
+    def _wrap(self, qpos: np.ndarray) -> None:
+        for p in self.periodic:
+            qpos[..., p.qpos_adr] = (qpos[..., p.qpos_adr] + p.period / 2) % p.period - p.period / 2

@@ -1,0 +1,267 @@
+"""The image-space camera model against OpenCV's lens models and against images with known geometry."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+try:
+    import r2s2r  # noqa: F401
+except ImportError:  # not installed into the venv: import from the source tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
+
+from r2s2r.cell.spec import FISHEYE, ConfigError, LensCfg  # noqa: E402
+from r2s2r.render.camera_model import MAX_RAY_ANGLE_DEG, CameraModel  # noqa: E402
+
+W, H = 160, 120  # not square, so width and height cannot be swapped unnoticed
+FISHEYE_LENS = LensCfg(model="fisheye", fx=0.42, fy=0.5, cx=0.47, cy=0.53, distortion=(0.03, -0.01, 0.004, -0.001))
+PINHOLE_LENS = LensCfg(model="pinhole", fx=0.8, fy=0.95, cx=0.45, cy=0.56)
+LENSES = {"fisheye": FISHEYE_LENS, "pinhole": PINHOLE_LENS}
+
+
+def random_points(rng: np.random.Generator, n: int, max_angle_deg: float) -> np.ndarray:
+    theta = np.radians(rng.uniform(0.0, max_angle_deg, n))
+    phi = rng.uniform(0.0, 2 * np.pi, n)
+    dirs = np.stack([np.sin(theta) * np.cos(phi), np.sin(theta) * np.sin(phi), np.cos(theta)], axis=1)
+    return dirs * rng.uniform(0.2, 5.0, (n, 1))
+
+
+def source_frame(cm: CameraModel, value: int | np.ndarray = 128) -> tuple[np.ndarray, np.ndarray]:
+    rgb = np.empty((cm.render_height, cm.render_width, 3), np.uint8)
+    rgb[:] = value
+    return rgb, np.ones((cm.render_height, cm.render_width), np.float32)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Geometry
+# ----------------------------------------------------------------------------------------------------------------
+def test_intrinsics_are_normalised_by_width_and_height():
+    cm = CameraModel(FISHEYE_LENS, W, H)
+    k = cm.intrinsic_matrix()
+    np.testing.assert_allclose(k, [[0.42 * W, 0, 0.47 * W], [0, 0.5 * H, 0.53 * H], [0, 0, 1]])
+    np.testing.assert_array_equal(cm.distortion_coeffs(), FISHEYE_LENS.distortion)
+    np.testing.assert_array_equal(CameraModel(PINHOLE_LENS, W, H).distortion_coeffs(), np.zeros(4))
+
+
+def test_fisheye_projection_matches_opencv():
+    cm = CameraModel(FISHEYE_LENS, W, H)
+    pts = random_points(np.random.default_rng(0), 500, 85.0)
+    expected, _ = cv2.fisheye.projectPoints(pts.reshape(-1, 1, 3), np.zeros((3, 1)), np.zeros((3, 1)),
+                                            cm.intrinsic_matrix(), cm.distortion_coeffs())
+    np.testing.assert_allclose(cm.project(pts), expected.reshape(-1, 2), atol=1e-6, rtol=0)
+
+
+def test_pinhole_projection_matches_opencv():
+    cm = CameraModel(PINHOLE_LENS, W, H)
+    pts = random_points(np.random.default_rng(1), 500, 70.0)
+    expected, _ = cv2.projectPoints(pts, np.zeros(3), np.zeros(3), cm.intrinsic_matrix(), np.zeros(5))
+    np.testing.assert_allclose(cm.project(pts), expected.reshape(-1, 2), atol=1e-6, rtol=0)
+    assert np.isnan(cm.project(np.array([[0.1, 0.2, -1.0]]))).all()
+
+
+@pytest.mark.parametrize("lens", [FISHEYE_LENS, PINHOLE_LENS, FISHEYE, LensCfg(fx=0.1, fy=0.3, cx=0.2, cy=0.9)])
+def test_source_render_covers_every_rendered_pixel(lens):
+    cm = CameraModel(lens, W, H)
+    mx, my = cm.map_x[cm.valid_mask], cm.map_y[cm.valid_mask]
+    assert mx.min() >= 0 and my.min() >= 0
+    assert mx.max() <= cm.render_width - 1 and my.max() <= cm.render_height - 1
+    assert 0 < cm.render_fovy_deg < 180
+    # The source matrix is the one a symmetric OpenGL frustum of that fovy gives.
+    f = cm.source_intrinsic_matrix()[1, 1]
+    assert np.isclose(np.degrees(2 * np.arctan(cm.render_height / 2 / f)), cm.render_fovy_deg)
+
+
+def test_wide_fisheye_is_clipped_at_the_maximum_ray_angle():
+    cm = CameraModel(FISHEYE, 128, 128)  # about 190 degrees across the diagonal
+    assert 0.2 < cm.valid_mask.mean() < 0.9
+    assert cm.render_fovy_deg < 2 * (MAX_RAY_ANGLE_DEG + 3)
+    pts = random_points(np.random.default_rng(2), 4000, 100.0)
+    uv = cm.project(pts)
+    col, row = np.round(uv[:, 0]).astype(int), np.round(uv[:, 1]).astype(int)
+    on = (col >= 0) & (col < 128) & (row >= 0) & (row < 128)
+    angle = np.degrees(np.arccos(pts[:, 2] / np.linalg.norm(pts, axis=1)))
+    inside = cm.valid_mask[row[on], col[on]]
+    assert inside[angle[on] < MAX_RAY_ANGLE_DEG - 1].all()
+    assert not inside[angle[on] > MAX_RAY_ANGLE_DEG + 1].any()
+
+
+@pytest.mark.parametrize("name", LENSES)
+def test_rendered_dots_land_where_project_says(name):
+    cm = CameraModel(LENSES[name], W, H)
+    k_src = cm.source_intrinsic_matrix()
+    # A grid of rays, kept where the dot is well inside the output image and away from the clipped field.
+    tx, ty = np.meshgrid(np.linspace(-1.6, 1.6, 9), np.linspace(-1.3, 1.3, 7))
+    pts = np.stack([tx.ravel(), ty.ravel(), np.ones(tx.size)], axis=1)
+    uv = cm.project(pts)
+    keep = (uv[:, 0] > 8) & (uv[:, 0] < W - 9) & (uv[:, 1] > 8) & (uv[:, 1] < H - 9)
+    pts, uv = pts[keep], uv[keep]
+    keep = np.linalg.norm(uv[:, None] - uv[None], axis=2) + np.eye(len(uv)) * 1e9
+    pts, uv = pts[keep.min(axis=1) > 16], uv[keep.min(axis=1) > 16]
+    assert len(pts) >= 12
+
+    # Sub-pixel Gaussian dots drawn analytically in the source pinhole image.
+    src = (k_src @ (pts / pts[:, 2:]).T).T[:, :2]
+    vv, uu = np.mgrid[0:cm.render_height, 0:cm.render_width].astype(np.float64)
+    img = np.zeros_like(uu)
+    for u, v in src:
+        img += np.exp(-((uu - u) ** 2 + (vv - v) ** 2) / (2 * 0.9**2))
+    rgb = np.repeat(np.round(250 * np.clip(img, 0, 1))[..., None], 3, axis=2).astype(np.uint8)
+    out, _ = cm.apply(rgb, None)
+
+    lum = out[..., 0].astype(np.float64)
+    vv, uu = np.mgrid[0:H, 0:W].astype(np.float64)
+    errors = []
+    for u, v in uv:
+        win = (np.abs(uu - u) <= 7) & (np.abs(vv - v) <= 7)
+        w = lum * win
+        assert w.sum() > 0
+        errors.append(np.hypot((w * uu).sum() / w.sum() - u, (w * vv).sum() / w.sum() - v))
+    assert max(errors) < 0.3, errors
+
+
+def test_remap_matches_bilinear_reference():
+    cm = CameraModel(FISHEYE_LENS, W, H)
+    rng = np.random.default_rng(3)
+    smooth = cv2.GaussianBlur(rng.uniform(0, 255, (cm.render_height, cm.render_width, 3)), (0, 0), 2.0)
+    smooth = np.round((smooth - smooth.min()) / np.ptp(smooth) * 255).astype(np.uint8)
+    out, _ = cm.apply(smooth, None)
+
+    mx, my = cm.map_x[cm.valid_mask].astype(np.float64), cm.map_y[cm.valid_mask].astype(np.float64)
+    x0, y0 = np.floor(mx).astype(int), np.floor(my).astype(int)
+    x1, y1 = np.minimum(x0 + 1, cm.render_width - 1), np.minimum(y0 + 1, cm.render_height - 1)
+    ax, ay = (mx - x0)[:, None], (my - y0)[:, None]
+    s = smooth.astype(np.float64)
+    ref = ((1 - ay) * ((1 - ax) * s[y0, x0] + ax * s[y0, x1]) + ay * ((1 - ax) * s[y1, x0] + ax * s[y1, x1]))
+    diff = np.abs(out[cm.valid_mask].astype(np.float64) - ref)
+    assert diff.max() <= 2.0 and diff.mean() < 0.6
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Depth
+# ----------------------------------------------------------------------------------------------------------------
+def test_depth_is_never_blended():
+    cm = CameraModel(FISHEYE, 128, 128)
+    depth = np.full((cm.render_height, cm.render_width), 1.25, np.float32)
+    depth[:, 57:] = 3.5
+    depth[40:47, :] = np.inf  # an infinite background must not turn into NaN
+    rgb = np.zeros((cm.render_height, cm.render_width, 3), np.uint8)
+    _, out = cm.apply(rgb, depth)
+    assert out.dtype == np.float32 and out.shape == (128, 128)
+    assert set(np.unique(out[cm.valid_mask])) == {1.25, 3.5, np.inf}
+    assert (out[~cm.valid_mask] == 0).all()
+
+    rough = np.random.default_rng(4).uniform(0.3, 4.0, depth.shape).astype(np.float32)
+    _, out = cm.apply(rgb, rough)
+    assert np.isin(out[cm.valid_mask], rough).all()
+
+
+def test_depth_keeps_the_value_under_each_ray():
+    # Depth along the axis is shared by source and lens, so a flat wall stays flat at its depth.
+    cm = CameraModel(PINHOLE_LENS, W, H)
+    rgb, depth = source_frame(cm)
+    _, out = cm.apply(rgb, depth * 2.0)
+    assert (out == 2.0).all()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Image formation
+# ----------------------------------------------------------------------------------------------------------------
+def test_exposure_scales_intensity_until_it_clips():
+    cm = CameraModel(dataclasses.replace(PINHOLE_LENS, exposure=2.0), W, H)
+    gradient = np.linspace(10, 200, cm.render_width).astype(np.uint8)[None, :, None]
+    rgb, depth = source_frame(cm, gradient)
+    base, _ = CameraModel(PINHOLE_LENS, W, H).apply(rgb, depth)
+    out, _ = cm.apply(rgb, depth)
+    expected = np.minimum(base.astype(np.float64) * 2.0, 255)
+    assert np.abs(out - expected).max() <= 1.0
+    assert abs(out.mean() - expected.mean()) < 0.5
+    assert (out == 255).any() and out.mean() < 2 * base.mean() - 5  # some pixels did clip
+
+
+def test_blur_removes_high_frequencies_and_keeps_the_mean():
+    rng = np.random.default_rng(5)
+    sharp_cm = CameraModel(PINHOLE_LENS, W, H)
+    blur_cm = CameraModel(dataclasses.replace(PINHOLE_LENS, blur_sigma=1.5), W, H)
+    rgb = rng.integers(0, 256, (sharp_cm.render_height, sharp_cm.render_width, 3), dtype=np.uint8)
+    sharp, _ = sharp_cm.apply(rgb, None)
+    soft, _ = blur_cm.apply(rgb, None)
+
+    def high_freq(img):
+        return np.mean(np.diff(img.astype(np.float64), axis=0) ** 2) + np.mean(np.diff(img.astype(np.float64), axis=1) ** 2)
+
+    assert high_freq(soft) < 0.25 * high_freq(sharp)
+    assert abs(soft.mean() - sharp.mean()) < 0.5
+
+
+def test_blur_scales_with_width():
+    assert CameraModel(dataclasses.replace(PINHOLE_LENS, blur_sigma=1.5), 256, 96).blur_sigma_px == pytest.approx(3.0)
+
+
+def test_noise_has_the_configured_std_and_follows_the_seed():
+    lens = dataclasses.replace(PINHOLE_LENS, noise_std=0.04)
+    cm = CameraModel(lens, W, H)
+    rgb, depth = source_frame(cm, 128)
+    clean, _ = cm.apply(rgb, depth)  # no rng: no noise
+    assert (clean == 128).all()
+    noisy, _ = cm.apply(rgb, depth, np.random.default_rng(6))
+    measured = (noisy.astype(np.float64) - clean).std() / 255
+    assert abs(measured - 0.04) < 0.1 * 0.04
+    again, _ = cm.apply(rgb, depth, np.random.default_rng(6))
+    other, _ = cm.apply(rgb, depth, np.random.default_rng(7))
+    np.testing.assert_array_equal(noisy, again)
+    assert not np.array_equal(noisy, other)
+
+
+def test_outside_pixels_stay_black_under_blur_noise_and_exposure():
+    cm = CameraModel(dataclasses.replace(FISHEYE, blur_sigma=2.0, noise_std=0.1, exposure=3.0), 128, 128)
+    rgb, depth = source_frame(cm, 200)
+    out, d = cm.apply(rgb, depth, np.random.default_rng(8))
+    assert (out[~cm.valid_mask] == 0).all() and (d[~cm.valid_mask] == 0).all()
+    assert out[cm.valid_mask].mean() > 200
+
+
+def test_batch_equals_frames_one_by_one():
+    lens = dataclasses.replace(FISHEYE_LENS, blur_sigma=0.8, exposure=1.3, noise_std=0.02)
+    cm = CameraModel(lens, W, H)
+    rng = np.random.default_rng(9)
+    rgb = rng.integers(0, 256, (3, cm.render_height, cm.render_width, 3), dtype=np.uint8)
+    depth = rng.uniform(0.2, 3.0, (3, cm.render_height, cm.render_width)).astype(np.float32)
+    rgb_b, depth_b = cm.apply(rgb, depth, np.random.default_rng(10))
+    assert rgb_b.shape == (3, H, W, 3) and depth_b.shape == (3, H, W)
+    one_by_one = np.random.default_rng(10)
+    for i in range(3):
+        rgb_i, depth_i = cm.apply(rgb[i], depth[i], one_by_one)
+        np.testing.assert_array_equal(rgb_b[i], rgb_i)
+        np.testing.assert_array_equal(depth_b[i], depth_i)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("size", [(0, 128), (128, -1), (5000, 128), (128.0, 128), (True, 128), ("128", 128)])
+def test_bad_resolution_is_rejected(size):
+    with pytest.raises(ConfigError, match="resolution"):
+        CameraModel(PINHOLE_LENS, *size)
+
+
+def test_bad_shapes_are_rejected():
+    cm = CameraModel(PINHOLE_LENS, W, H)
+    h, w = cm.render_height, cm.render_width
+    rgb, depth = source_frame(cm)
+    with pytest.raises(ConfigError, match=rf"rgb shape = \({h + 1}, {w}, 3\).*\({h}, {w}, 3\)"):
+        cm.apply(np.zeros((h + 1, w, 3), np.uint8), depth)
+    with pytest.raises(ConfigError, match="rgb"):
+        cm.apply(np.zeros((h, w), np.uint8), depth)
+    with pytest.raises(ConfigError, match="rgb.*uint8"):
+        cm.apply(rgb.astype(np.float32), depth)
+    with pytest.raises(ConfigError, match=rf"depth shape = \({h}, {w}, 1\).*\({h}, {w}\)"):
+        cm.apply(rgb, depth[..., None])
+    with pytest.raises(ConfigError, match=rf"depth shape = \({h}, {w}\).*\(2, {h}, {w}\)"):
+        cm.apply(np.stack([rgb, rgb]), depth)
+    with pytest.raises(ConfigError, match="points_cv"):
+        cm.project(np.zeros((4, 2)))
