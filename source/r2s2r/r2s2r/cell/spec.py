@@ -294,7 +294,7 @@ def look_at_rpy(eye: Vec3, target: Vec3) -> Vec3:
     return look_rpy(tuple(t - e for t, e in zip(target, eye)))  # type: ignore[arg-type]
 
 
-FISHEYE = LensCfg(model="fisheye", fx=0.30, fy=0.30, distortion=(-0.02, 0.003, 0.0, 0.0))
+FISHEYE = LensCfg(model="fisheye", fx=0.45, fy=0.45, distortion=(-0.02, 0.003, 0.0, 0.0))
 HEAD_LENS = LensCfg(model="pinhole", fx=0.85, fy=0.85)
 HEAD_POS: Vec3 = (0.0, -0.70, 1.0)
 HEAD_TARGET: Vec3 = (0.25, 0.0, 0.08)

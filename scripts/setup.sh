@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs everything the project needs on a fresh Debian machine, idempotently:
+# Mesa for offscreen OpenGL (MuJoCo's renderer via EGL, OSMesa as fallback), a virtualenv at .venv with the pinned
+# Python packages, and this package in editable mode (the Isaac Lab extension layout under source/r2s2r).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+GL_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 libgles2 libglx-mesa0 libgl1"
+missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $GL_PACKAGES 2>/dev/null | awk '$1 != "ii" {print $2}' || true)
+if [ -n "$missing" ] || ! dpkg-query -W $GL_PACKAGES >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $GL_PACKAGES >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+stamp=.venv/.requirements.sha
+want=$(sha256sum requirements.txt source/r2s2r/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install -q --no-deps -e source/r2s2r
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,503 @@
+"""USD stage of the cell, built from the compiled `MjModel` so the stage and the physics cannot drift apart.
+
+Geometry, masses, joints, drives, camera mounts and light poses are read from the model; only what the model
+does not hold comes from the `CellCfg` (camera lenses, light colour and intensity). MuJoCo computes the physics;
+the stage is what an Isaac Sim renderer or GUI shows, and `sync_poses` writes MuJoCo's body poses into it each
+frame (or as time samples, to record a rollout for playback).
+
+Units: metres, kilograms, seconds, Z up (stage metadata says so as well).
+
+Prim layout (stable paths; MuJoCo names pass through `Tf.MakeValidIdentifier`):
+
+    /World                            Xform, the default prim
+    /World/PhysicsScene               UsdPhysics.Scene, gravity from model.opt.gravity
+    /World/Static/<geom>              geoms of the world body (the floor)
+    /World/Bodies/<body>              one Xform per body except the world. FLAT, not nested: its ops
+                                      (xformOp:translate double3, xformOp:orient quatd) hold the body's WORLD
+                                      pose, so syncing a body is two writes and needs no parent transform
+    /World/Bodies/<body>/<geom>       geoms (unnamed ones as geom_<id>), local pose from geom_pos/geom_quat
+    /World/Bodies/<body>/<camera>     cameras mounted on a body, local pose from cam_pos/cam_quat
+    /World/Cameras/<camera>           cameras fixed to the world
+    /World/Joints/<joint>             RevoluteJoint (hinge), PrismaticJoint (slide), SphericalJoint (ball)
+    /World/Joints/<body>_weld         FixedJoint of a jointless body welded to a moving parent (the palms)
+    /World/Lights/<light>             SphereLight (MuJoCo spot light) or DistantLight (directional)
+    /World/Looks/color_<rrggbbaa>     UsdPreviewSurface material per distinct geom colour
+    /World/Looks/friction_<mu>        physics material per distinct friction of collision geoms
+
+Physics schemas: bodies that move (not welded to the world) get RigidBodyAPI and MassAPI; bodies welded to
+the world (arm bases, bins, conveyor frame) are static colliders. Each arm's base carries ArticulationRootAPI.
+Geoms with a non-zero contype or conaffinity get CollisionAPI and a friction material bound for purpose
+"physics". Joint limits and angular drive gains follow USD's degree convention: a MuJoCo stiffness kp
+(N*m/rad) is written as kp * pi / 180 (N*m/deg), damping likewise. Robot links with gravity compensation get
+PhysX's `physxRigidBody:disableGravity`, which is what MuJoCo's gravcomp = 1 does.
+
+Cameras: the vertical aperture is fixed at VERTICAL_APERTURE_MM and focalLength = fy * verticalAperture, since
+the lens' fy is normalised by image height; horizontalAperture = focalLength / fx, so the aperture aspect is
+fy / fx, the image aspect at which the lens has square pixels (1:1 for fx == fy). The principal point becomes
+an aperture offset of (cx - 0.5) / (cy - 0.5) apertures, ignoring the half-pixel difference between OpenCV's
+pixel-centre convention and USD's continuous film. UsdGeom.Camera has no fisheye model, so a fisheye lens is
+written twice: as our attributes `r2s2r:lens:{model,fx,fy,cx,cy,k1..k4}` (normalised, exactly the LensCfg),
+and as Isaac Sim's `OmniLensDistortionOpenCvFisheyeAPI` (`omni:lensdistortion:opencvFisheye:*`, the OpenCV
+fisheye = equidistant Kannala-Brandt model, intrinsics in pixels at a nominal image FISHEYE_IMAGE_WIDTH wide;
+Isaac rescales them to the render resolution).
+
+Lights: our intensity in [0, 3] is scaled to SPHERE_NITS_PER_UNIT nits on a sphere light of radius
+SPHERE_LIGHT_RADIUS (1.0 gives about 470 lux on axis at 2 m, an office-like level) or DISTANT_PER_UNIT for a
+distant light (3.0 gives Kit's default distant light of 3000). MuJoCo's spot cutoff becomes the shaping cone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+
+import mujoco
+import numpy as np
+from pxr import Gf, Sdf, Tf, Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade, Vt
+
+from r2s2r.cell.spec import CellCfg, LensCfg
+from r2s2r.geometry import mat_to_quat, quat_to_mat
+
+GENERATOR = "r2s2r.cell.usd"
+VERTICAL_APERTURE_MM = 20.955
+FISHEYE_IMAGE_WIDTH = 512
+SPHERE_LIGHT_RADIUS = 0.1
+SPHERE_NITS_PER_UNIT = 6.0e4
+DISTANT_PER_UNIT = 1.0e3
+INFINITE_PLANE_HALF_SIZE = 50.0  # MuJoCo plane size 0 means infinite; USD needs a finite extent
+
+_G = mujoco.mjtGeom
+_J = mujoco.mjtJoint
+
+
+def body_prim_path(model: mujoco.MjModel, body_id: int) -> str:
+    if not 0 < body_id < model.nbody:
+        raise ValueError(f"body_id = {body_id!r}: expected a body in [1, {model.nbody - 1}] (the world has no prim)")
+    return f"/World/Bodies/{_ident(model, mujoco.mjtObj.mjOBJ_BODY, body_id, 'body')}"
+
+
+def _ident(model: mujoco.MjModel, obj: mujoco.mjtObj, i: int, kind: str) -> str:
+    return Tf.MakeValidIdentifier(mujoco.mj_id2name(model, obj, i) or f"{kind}_{i}")
+
+
+def _vec3d(v) -> Gf.Vec3d:
+    return Gf.Vec3d(float(v[0]), float(v[1]), float(v[2]))
+
+
+def _quatd(q) -> Gf.Quatd:
+    return Gf.Quatd(float(q[0]), float(q[1]), float(q[2]), float(q[3]))
+
+
+def _quatf(q) -> Gf.Quatf:
+    return Gf.Quatf(float(q[0]), float(q[1]), float(q[2]), float(q[3]))
+
+
+def _set_local_pose(prim: Usd.Prim, pos, quat, scale=None) -> None:
+    xf = UsdGeom.Xformable(prim)
+    xf.AddTranslateOp(UsdGeom.XformOp.PrecisionDouble).Set(_vec3d(pos))
+    xf.AddOrientOp(UsdGeom.XformOp.PrecisionDouble).Set(_quatd(quat))
+    if scale is not None:
+        xf.AddScaleOp(UsdGeom.XformOp.PrecisionDouble).Set(_vec3d(scale))
+
+
+def _rodrigues(axis: np.ndarray, angle: float) -> np.ndarray:
+    k = np.array([[0.0, -axis[2], axis[1]], [axis[2], 0.0, -axis[0]], [-axis[1], axis[0], 0.0]])
+    return np.eye(3) + math.sin(angle) * k + (1.0 - math.cos(angle)) * (k @ k)
+
+
+def _rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The smallest rotation taking direction a onto direction b."""
+    a, b = a / np.linalg.norm(a), b / np.linalg.norm(b)
+    v = np.cross(a, b)
+    s, c = float(np.linalg.norm(v)), float(a @ b)
+    if s > 1e-12:
+        return _rodrigues(v / s, math.atan2(s, c))
+    if c > 0:
+        return np.eye(3)
+    perp = np.cross(a, np.eye(3)[int(np.argmin(np.abs(a)))])  # antiparallel: half-turn about any normal
+    return _rodrigues(perp / np.linalg.norm(perp), math.pi)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stage
+# --------------------------------------------------------------------------------------------------------------
+def build_stage(model: mujoco.MjModel, cell: CellCfg, path: str | None = None) -> Usd.Stage:
+    """The cell's stage, in memory; with `path`, also written there atomically (see `write_stage`).
+
+    Bodies start at the model's reference configuration (qpos0); `sync_poses` moves them.
+    """
+    stage = Usd.Stage.CreateInMemory()
+    UsdGeom.SetStageMetersPerUnit(stage, 1.0)
+    UsdGeom.SetStageUpAxis(stage, UsdGeom.Tokens.z)
+    UsdPhysics.SetStageKilogramsPerUnit(stage, 1.0)
+    layer = stage.GetRootLayer()
+    layer.documentation = (f"r2s2r conveyor cell, generated by {GENERATOR} from the compiled MjModel. "
+                           "Units: metres, kilograms, seconds; Z up.")
+    layer.customLayerData = {"r2s2r": {"generator": GENERATOR, "units": "metres, kilograms, seconds", "upAxis": "Z"}}
+    world = UsdGeom.Xform.Define(stage, "/World")
+    stage.SetDefaultPrim(world.GetPrim())
+    for group in ("Static", "Bodies", "Joints", "Cameras", "Lights", "Looks"):
+        UsdGeom.Scope.Define(stage, f"/World/{group}")
+
+    scene = UsdPhysics.Scene.Define(stage, "/World/PhysicsScene")
+    g = np.asarray(model.opt.gravity, dtype=float)
+    gn = float(np.linalg.norm(g))
+    scene.CreateGravityDirectionAttr(Gf.Vec3f(*(g / gn if gn > 0 else (0.0, 0.0, -1.0))))
+    scene.CreateGravityMagnitudeAttr(gn)
+
+    data = mujoco.MjData(model)
+    mujoco.mj_kinematics(model, data)
+    for b in range(1, model.nbody):
+        prim = UsdGeom.Xform.Define(stage, body_prim_path(model, b)).GetPrim()
+        _set_local_pose(prim, data.xpos[b], data.xquat[b])
+
+    looks = _Looks(stage)
+    for gid in range(model.ngeom):
+        b = int(model.geom_bodyid[gid])
+        _add_geom(stage, model, gid, "/World/Static" if b == 0 else body_prim_path(model, b), looks)
+    _add_body_physics(stage, model)
+    _add_joints(stage, model)
+    _add_cameras(stage, model, cell)
+    _add_lights(stage, model, cell)
+    if path is not None:
+        write_stage(stage, path)
+    return stage
+
+
+def write_stage(stage: Usd.Stage, path: str | os.PathLike) -> str:
+    """Export the stage's root layer to `path` atomically (temporary file in the same folder, then rename).
+
+    Raises OSError naming `path` when it cannot be written. Returns the absolute path.
+    """
+    path = os.path.abspath(os.fspath(path))
+    folder, name = os.path.split(path)
+    ext = os.path.splitext(name)[1]
+    if ext not in (".usd", ".usda", ".usdc"):
+        raise ValueError(f"path = {path!r}: expected a .usd, .usda or .usdc file")
+    if not os.path.isdir(folder):
+        raise OSError(f"cannot write USD stage to {path}: folder {folder} does not exist or is not a folder")
+    # Same folder, so os.replace is an atomic rename; the extension tells USD which format to write.
+    tmp = os.path.join(folder, f".{name}.{uuid.uuid4().hex[:12]}.tmp{ext}")
+    try:
+        if not stage.GetRootLayer().Export(tmp):
+            raise OSError("export failed")
+        os.replace(tmp, path)
+    except (OSError, Tf.ErrorException) as e:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        # USD's errors carry a C++ source location on every line; the last line's message is the cause.
+        reason = str(e).strip().splitlines()[-1].split(" : ", 1)[-1].strip(" '") if str(e).strip() else repr(e)
+        raise OSError(f"cannot write USD stage to {path}: {reason}") from e
+    return path
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Geoms and materials
+# --------------------------------------------------------------------------------------------------------------
+class _Looks:
+    """Materials under /World/Looks, one per distinct colour and per distinct collision friction."""
+
+    def __init__(self, stage: Usd.Stage):
+        self.stage = stage
+        self._render: dict[str, UsdShade.Material] = {}
+        self._physics: dict[float, UsdShade.Material] = {}
+
+    def render(self, rgba: np.ndarray) -> UsdShade.Material:
+        key = "".join(f"{round(float(np.clip(c, 0, 1)) * 255):02x}" for c in rgba)
+        if key not in self._render:
+            mat = UsdShade.Material.Define(self.stage, f"/World/Looks/color_{key}")
+            shader = UsdShade.Shader.Define(self.stage, f"/World/Looks/color_{key}/PreviewSurface")
+            shader.CreateIdAttr("UsdPreviewSurface")
+            shader.CreateInput("diffuseColor", Sdf.ValueTypeNames.Color3f).Set(Gf.Vec3f(*map(float, rgba[:3])))
+            shader.CreateInput("opacity", Sdf.ValueTypeNames.Float).Set(float(rgba[3]))
+            shader.CreateInput("roughness", Sdf.ValueTypeNames.Float).Set(0.6)
+            mat.CreateSurfaceOutput().ConnectToSource(shader.ConnectableAPI(), "surface")
+            self._render[key] = mat
+        return self._render[key]
+
+    def physics(self, friction: float) -> UsdShade.Material:
+        key = round(float(friction), 6)
+        if key not in self._physics:
+            name = Tf.MakeValidIdentifier(f"friction_{key:g}".replace(".", "p"))
+            mat = UsdShade.Material.Define(self.stage, f"/World/Looks/{name}")
+            api = UsdPhysics.MaterialAPI.Apply(mat.GetPrim())
+            api.CreateStaticFrictionAttr(key)
+            api.CreateDynamicFrictionAttr(key)
+            api.CreateRestitutionAttr(0.0)
+            self._physics[key] = mat
+        return self._physics[key]
+
+
+def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, parent: str, looks: _Looks) -> None:
+    path = f"{parent}/{_ident(model, mujoco.mjtObj.mjOBJ_GEOM, gid, 'geom')}"
+    gtype, size, scale = int(model.geom_type[gid]), model.geom_size[gid], None
+    if gtype == _G.mjGEOM_BOX:
+        gprim = UsdGeom.Cube.Define(stage, path)
+        gprim.CreateSizeAttr(2.0)
+        scale = size
+    elif gtype == _G.mjGEOM_SPHERE:
+        gprim = UsdGeom.Sphere.Define(stage, path)
+        gprim.CreateRadiusAttr(float(size[0]))
+    elif gtype == _G.mjGEOM_ELLIPSOID:
+        gprim = UsdGeom.Sphere.Define(stage, path)
+        gprim.CreateRadiusAttr(1.0)
+        scale = size
+    elif gtype in (_G.mjGEOM_CYLINDER, _G.mjGEOM_CAPSULE):
+        gprim = (UsdGeom.Cylinder if gtype == _G.mjGEOM_CYLINDER else UsdGeom.Capsule).Define(stage, path)
+        gprim.CreateRadiusAttr(float(size[0]))
+        gprim.CreateHeightAttr(2.0 * float(size[1]))  # a capsule's height excludes its caps, as in USD
+        gprim.CreateAxisAttr(UsdGeom.Tokens.z)
+    elif gtype == _G.mjGEOM_PLANE:
+        gprim = UsdGeom.Plane.Define(stage, path)
+        gprim.CreateWidthAttr(2.0 * float(size[0] or INFINITE_PLANE_HALF_SIZE))
+        gprim.CreateLengthAttr(2.0 * float(size[1] or INFINITE_PLANE_HALF_SIZE))
+        gprim.CreateAxisAttr(UsdGeom.Tokens.z)
+    elif gtype == _G.mjGEOM_MESH:
+        # Compiled mesh vertices are already in the geom frame.
+        m = int(model.geom_dataid[gid])
+        verts = model.mesh_vert[model.mesh_vertadr[m]:model.mesh_vertadr[m] + model.mesh_vertnum[m]]
+        faces = model.mesh_face[model.mesh_faceadr[m]:model.mesh_faceadr[m] + model.mesh_facenum[m]]
+        gprim = UsdGeom.Mesh.Define(stage, path)
+        gprim.CreatePointsAttr(Vt.Vec3fArray.FromNumpy(np.ascontiguousarray(verts, dtype=np.float32)))
+        gprim.CreateFaceVertexCountsAttr(Vt.IntArray([3] * len(faces)))
+        gprim.CreateFaceVertexIndicesAttr(Vt.IntArray.FromNumpy(np.ascontiguousarray(faces.ravel(), dtype=np.int32)))
+    else:
+        raise NotImplementedError(f"geom {path}: MuJoCo geom type {_G(gtype).name} has no USD counterpart here")
+    gprim.CreateExtentAttr(UsdGeom.Boundable.ComputeExtentFromPlugins(gprim, Usd.TimeCode.Default()))
+    prim = gprim.GetPrim()
+    _set_local_pose(prim, model.geom_pos[gid], model.geom_quat[gid], scale)
+
+    matid = int(model.geom_matid[gid])
+    rgba = model.mat_rgba[matid] if matid >= 0 else model.geom_rgba[gid]
+    gprim.CreateDisplayColorAttr(Vt.Vec3fArray([Gf.Vec3f(*map(float, rgba[:3]))]))
+    gprim.CreateDisplayOpacityAttr(Vt.FloatArray([float(rgba[3])]))
+    binding = UsdShade.MaterialBindingAPI.Apply(prim)
+    binding.Bind(looks.render(rgba))
+    if model.geom_contype[gid] or model.geom_conaffinity[gid]:
+        UsdPhysics.CollisionAPI.Apply(prim)
+        if gtype == _G.mjGEOM_MESH:
+            UsdPhysics.MeshCollisionAPI.Apply(prim).CreateApproximationAttr(UsdPhysics.Tokens.convexHull)
+        binding.Bind(looks.physics(model.geom_friction[gid][0]), UsdShade.Tokens.weakerThanDescendants,
+                     "physics")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Bodies and joints
+# --------------------------------------------------------------------------------------------------------------
+def _add_body_physics(stage: Usd.Stage, model: mujoco.MjModel) -> None:
+    for b in range(1, model.nbody):
+        if model.body_weldid[b] == 0:
+            continue  # welded to the world: a static collider
+        prim = stage.GetPrimAtPath(body_prim_path(model, b))
+        UsdPhysics.RigidBodyAPI.Apply(prim)
+        mass = UsdPhysics.MassAPI.Apply(prim)
+        mass.CreateMassAttr(float(model.body_mass[b]))
+        mass.CreateCenterOfMassAttr(Gf.Vec3f(*map(float, model.body_ipos[b])))
+        mass.CreateDiagonalInertiaAttr(Gf.Vec3f(*map(float, model.body_inertia[b])))
+        mass.CreatePrincipalAxesAttr(_quatf(model.body_iquat[b]))
+        if model.body_gravcomp[b] > 0:
+            prim.AddAppliedSchema("PhysxRigidBodyAPI")
+            prim.CreateAttribute("physxRigidBody:disableGravity", Sdf.ValueTypeNames.Bool, custom=False).Set(True)
+        parent = int(model.body_parentid[b])
+        if model.body_jntnum[b] == 0 and parent != 0:
+            weld = UsdPhysics.FixedJoint.Define(stage, f"/World/Joints/{prim.GetName()}_weld")
+            weld.CreateBody0Rel().SetTargets([body_prim_path(model, parent)])
+            weld.CreateBody1Rel().SetTargets([prim.GetPath()])
+            weld.CreateLocalPos0Attr(Gf.Vec3f(*map(float, model.body_pos[b])))
+            weld.CreateLocalRot0Attr(_quatf(model.body_quat[b]))
+            weld.CreateLocalPos1Attr(Gf.Vec3f(0.0))
+            weld.CreateLocalRot1Attr(Gf.Quatf(1.0))
+    hinge_roots = {int(model.body_rootid[model.jnt_bodyid[j]]) for j in range(model.njnt)
+                   if model.jnt_type[j] == _J.mjJNT_HINGE}
+    for root in sorted(hinge_roots):
+        if model.body_weldid[root] == 0:
+            UsdPhysics.ArticulationRootAPI.Apply(stage.GetPrimAtPath(body_prim_path(model, root)))
+
+
+def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
+    actuator_of = {int(model.actuator_trnid[a, 0]): a for a in range(model.nu)
+                   if model.actuator_trntype[a] == mujoco.mjtTrn.mjTRN_JOINT}
+    for j in range(model.njnt):
+        jtype = int(model.jnt_type[j])
+        if jtype == _J.mjJNT_FREE:
+            continue  # a free body is just a rigid body
+        child = int(model.jnt_bodyid[j])
+        if model.body_jntnum[child] > 1:
+            raise NotImplementedError(f"body {body_prim_path(model, child)} has {model.body_jntnum[child]} joints; "
+                                      "a USD joint connects two bodies, so one joint per body is supported")
+        parent = int(model.body_parentid[child])
+        path = f"/World/Joints/{_ident(model, mujoco.mjtObj.mjOBJ_JOINT, j, 'joint')}"
+        axis = np.asarray(model.jnt_axis[j], dtype=float)
+        anchor = np.asarray(model.jnt_pos[j], dtype=float)
+        ref = float(model.qpos0[model.jnt_qposadr[j]]) if jtype in (_J.mjJNT_HINGE, _J.mjJNT_SLIDE) else 0.0
+        # The joint frame's USD axis is the principal axis nearest MuJoCo's, rotated onto it exactly.
+        k = int(np.argmax(np.abs(axis)))
+        frame = _rotation_between(np.eye(3)[k], axis)
+        body_rot = quat_to_mat(model.body_quat[child])
+        # USD's joint coordinate is zero where the two joint frames coincide; MuJoCo's body pose holds at q = ref.
+        if jtype == _J.mjJNT_HINGE:
+            joint = UsdPhysics.RevoluteJoint.Define(stage, path)
+            rot0 = body_rot @ _rodrigues(axis / np.linalg.norm(axis), -ref) @ frame
+            pos0 = model.body_pos[child] + body_rot @ anchor
+        elif jtype == _J.mjJNT_SLIDE:
+            joint = UsdPhysics.PrismaticJoint.Define(stage, path)
+            rot0 = body_rot @ frame
+            pos0 = model.body_pos[child] + body_rot @ (anchor - ref * axis)
+        else:
+            joint = UsdPhysics.SphericalJoint.Define(stage, path)
+            rot0, pos0 = body_rot @ frame, model.body_pos[child] + body_rot @ anchor
+        if parent != 0:
+            joint.CreateBody0Rel().SetTargets([body_prim_path(model, parent)])
+        joint.CreateBody1Rel().SetTargets([body_prim_path(model, child)])
+        joint.CreateLocalPos0Attr(Gf.Vec3f(*map(float, pos0)))
+        joint.CreateLocalRot0Attr(_quatf(mat_to_quat(rot0)))
+        joint.CreateLocalPos1Attr(Gf.Vec3f(*map(float, anchor)))
+        joint.CreateLocalRot1Attr(_quatf(mat_to_quat(frame)))
+        joint.CreateAxisAttr("XYZ"[k])
+        if jtype == _J.mjJNT_BALL:
+            continue
+        angular = jtype == _J.mjJNT_HINGE
+        unit = 180.0 / math.pi if angular else 1.0
+        if model.jnt_limited[j]:
+            lo, hi = (model.jnt_range[j] - ref) * unit
+            joint.CreateLowerLimitAttr(float(lo))
+            joint.CreateUpperLimitAttr(float(hi))
+        a = actuator_of.get(j)
+        if a is not None:
+            drive = UsdPhysics.DriveAPI.Apply(joint.GetPrim(), "angular" if angular else "linear")
+            # Position actuators have bias (0, -kp, -kv), velocity actuators (0, 0, -kv); gear is 1 in the cell.
+            drive.CreateTypeAttr("force")
+            drive.CreateStiffnessAttr(float(-model.actuator_biasprm[a, 1]) / unit)
+            drive.CreateDampingAttr(float(-model.actuator_biasprm[a, 2]) / unit)
+            if model.jnt_actfrclimited[j]:
+                drive.CreateMaxForceAttr(float(model.jnt_actfrcrange[j, 1]))
+            elif model.actuator_forcelimited[a]:
+                drive.CreateMaxForceAttr(float(model.actuator_forcerange[a, 1]))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Cameras and lights
+# --------------------------------------------------------------------------------------------------------------
+def _add_cameras(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
+    lenses = {c.name: c.lens for c in cell.cameras}
+    near, far = model.vis.map.znear * model.stat.extent, model.vis.map.zfar * model.stat.extent
+    for c in range(model.ncam):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_CAMERA, c) or f"camera_{c}"
+        b = int(model.cam_bodyid[c])
+        parent = "/World/Cameras" if b == 0 else body_prim_path(model, b)
+        cam = UsdGeom.Camera.Define(stage, f"{parent}/{Tf.MakeValidIdentifier(name)}")
+        # MuJoCo and USD cameras both look along -z with +y up: the pose carries over unchanged.
+        _set_local_pose(cam.GetPrim(), model.cam_pos[c], model.cam_quat[c])
+        lens = lenses.get(name)
+        if lens is None:  # a camera the cell does not describe: a centred pinhole with the model's fovy
+            f = 0.5 / math.tan(math.radians(float(model.cam_fovy[c])) / 2)
+            lens = LensCfg(fx=f, fy=f)
+        focal = lens.fy * VERTICAL_APERTURE_MM
+        h_ap = focal / lens.fx
+        cam.CreateProjectionAttr(UsdGeom.Tokens.perspective)
+        cam.CreateFocalLengthAttr(focal)
+        cam.CreateVerticalApertureAttr(VERTICAL_APERTURE_MM)
+        cam.CreateHorizontalApertureAttr(h_ap)
+        # Image u grows right and v grows down; the film's offsets move the window right and up.
+        cam.CreateHorizontalApertureOffsetAttr((0.5 - lens.cx) * h_ap)
+        cam.CreateVerticalApertureOffsetAttr((lens.cy - 0.5) * VERTICAL_APERTURE_MM)
+        cam.CreateClippingRangeAttr(Gf.Vec2f(float(near), float(far)))
+        _add_lens_attributes(cam.GetPrim(), lens)
+
+
+def _add_lens_attributes(prim: Usd.Prim, lens: LensCfg) -> None:
+    prim.CreateAttribute("r2s2r:lens:model", Sdf.ValueTypeNames.Token, custom=True).Set(lens.model)
+    for key in ("fx", "fy", "cx", "cy"):
+        prim.CreateAttribute(f"r2s2r:lens:{key}", Sdf.ValueTypeNames.Double, custom=True).Set(getattr(lens, key))
+    if lens.model != "fisheye":
+        return
+    for i, k in enumerate(lens.distortion, start=1):
+        prim.CreateAttribute(f"r2s2r:lens:k{i}", Sdf.ValueTypeNames.Double, custom=True).Set(float(k))
+    # Isaac Sim's OpenCV fisheye schema takes pixels; a nominal image with square pixels fixes the scale.
+    width = FISHEYE_IMAGE_WIDTH
+    height = max(1, round(width * lens.fx / lens.fy))
+    prim.AddAppliedSchema("OmniLensDistortionOpenCvFisheyeAPI")
+    prim.CreateAttribute("omni:lensdistortion:model", Sdf.ValueTypeNames.Token, custom=False).Set("opencvFisheye")
+    pre = "omni:lensdistortion:opencvFisheye:"
+    prim.CreateAttribute(pre + "imageSize", Sdf.ValueTypeNames.Int2, custom=False).Set(Gf.Vec2i(width, height))
+    values = {"fx": lens.fx * width, "fy": lens.fy * height, "cx": lens.cx * width, "cy": lens.cy * height}
+    values.update({f"k{i}": k for i, k in enumerate(lens.distortion, start=1)})
+    for key, v in values.items():
+        prim.CreateAttribute(pre + key, Sdf.ValueTypeNames.Float, custom=False).Set(float(v))
+
+
+def _add_lights(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
+    cfgs = {li.name: li for li in cell.lights}
+    for i in range(model.nlight):
+        name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_LIGHT, i) or f"light_{i}"
+        cfg = cfgs.get(name)
+        # MuJoCo stores colour * intensity as diffuse; the cell keeps them apart.
+        colour, intensity = (cfg.colour, cfg.intensity) if cfg else (tuple(model.light_diffuse[i]), 1.0)
+        path = f"/World/Lights/{Tf.MakeValidIdentifier(name)}"
+        if model.light_type[i] == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL:
+            light = UsdLux.DistantLight.Define(stage, path)
+            light.CreateIntensityAttr(intensity * DISTANT_PER_UNIT)
+        else:
+            light = UsdLux.SphereLight.Define(stage, path)
+            light.CreateRadiusAttr(SPHERE_LIGHT_RADIUS)
+            light.CreateIntensityAttr(intensity * SPHERE_NITS_PER_UNIT)
+            if model.light_type[i] == mujoco.mjtLightType.mjLIGHT_SPOT:
+                UsdLux.ShapingAPI.Apply(light.GetPrim()).CreateShapingConeAngleAttr(float(model.light_cutoff[i]))
+        light.CreateColorAttr(Gf.Vec3f(*map(float, colour)))
+        # USD lights shine along their -z; MuJoCo light poses are world-frame (lights here sit on the world).
+        rot = _rotation_between(np.array([0.0, 0.0, -1.0]), np.asarray(model.light_dir[i], dtype=float))
+        _set_local_pose(light.GetPrim(), model.light_pos[i], mat_to_quat(rot))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pose sync
+# --------------------------------------------------------------------------------------------------------------
+class PoseSync:
+    """Writes MuJoCo body world poses into a stage built by `build_stage`, with attribute handles cached.
+
+    Construct once per (stage, model); call with an `MjData` each rendered frame. Writes go to the stage's
+    edit target as the default value, or as time samples at `time_code` (for an animated recording).
+    """
+
+    def __init__(self, stage: Usd.Stage, model: mujoco.MjModel):
+        self.stage, self.model = stage, model
+        self._attrs: list[tuple[Usd.Attribute, Usd.Attribute]] = []
+        for b in range(1, model.nbody):
+            path = body_prim_path(model, b)
+            prim = stage.GetPrimAtPath(path)
+            ops = UsdGeom.Xformable(prim).GetOrderedXformOps() if prim else []
+            kinds = [(op.GetOpType(), op.GetPrecision()) for op in ops]
+            if kinds != [(UsdGeom.XformOp.TypeTranslate, UsdGeom.XformOp.PrecisionDouble),
+                         (UsdGeom.XformOp.TypeOrient, UsdGeom.XformOp.PrecisionDouble)]:
+                raise ValueError(f"stage prim {path}: expected a body Xform with double translate and orient ops "
+                                 "(was the stage built from this model by build_stage?)")
+            self._attrs.append((ops[0].GetAttr(), ops[1].GetAttr()))
+
+    def __call__(self, data: mujoco.MjData, time_code: float | Usd.TimeCode | None = None) -> None:
+        t = Usd.TimeCode.Default() if time_code is None else Usd.TimeCode(time_code)
+        pos, quat = data.xpos[1:].tolist(), data.xquat[1:].tolist()
+        with Sdf.ChangeBlock():  # one change notification for the whole frame
+            for (translate, orient), p, q in zip(self._attrs, pos, quat):
+                translate.Set(Gf.Vec3d(*p), t)
+                orient.Set(Gf.Quatd(*q), t)
+
+
+_SYNC_CACHE: list[PoseSync] = []
+_SYNC_CACHE_SIZE = 4
+
+
+def sync_poses(stage: Usd.Stage, model: mujoco.MjModel, data: mujoco.MjData,
+               time_code: float | Usd.TimeCode | None = None) -> None:
+    """Write every body's world pose (data.xpos, data.xquat) into its prim; see `PoseSync`.
+
+    The handles for the last few (stage, model) pairs are cached here, which keeps those stages alive.
+    """
+    for sync in _SYNC_CACHE:
+        if sync.stage == stage and sync.model is model:
+            break
+    else:
+        sync = PoseSync(stage, model)
+        _SYNC_CACHE.insert(0, sync)
+        del _SYNC_CACHE[_SYNC_CACHE_SIZE:]
+    sync(data, time_code)

@@ -1,0 +1,31 @@
+"""Camera images of the cell: a lens model applied to pinhole renders from MuJoCo's GL rasteriser or MuJoCo
+Warp's batch ray tracer. Backends are imported on demand, so neither OpenGL nor Warp is needed to import this."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mujoco
+
+from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.render.base import RenderBackend
+
+RENDERERS = ("mujoco_gl", "mujoco_warp")
+
+
+def make_renderer(name: str, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
+                  **kw: object) -> RenderBackend:
+    """Create a render backend by name; `kw` are the backend's options (shadows, multisample, and for
+    MuJoCo Warp `device`)."""
+    if name == "mujoco_gl":
+        from r2s2r.render.mujoco_gl import MujocoGLRenderer
+
+        return MujocoGLRenderer(model, cell, cameras, width, height, **kw)
+    if name == "mujoco_warp":
+        from r2s2r.render.mujoco_warp import MujocoWarpRenderer
+
+        return MujocoWarpRenderer(model, cell, cameras, width, height, **kw)
+    raise ConfigError(f"renderer = {name!r}: expected one of {', '.join(RENDERERS)}")
+
+
+__all__ = ["RENDERERS", "RenderBackend", "make_renderer"]

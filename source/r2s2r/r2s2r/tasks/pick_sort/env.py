@@ -1,0 +1,236 @@
+"""Conveyor pick-and-sort as a gymnasium environment.
+
+One object per episode rides the belt toward the right arm; the arm must pick it up and place it in the bin of
+its colour. Actions are absolute targets at `control_hz`: the right hand's grasp-site pose (position + quaternion
+w,x,y,z) plus 20 hand-joint targets, converted to arm joint targets by differential IK (`action_mode="ee_pose"`),
+or 7 arm + 20 hand joint targets (`action_mode="joint"`). The left arm holds its home posture.
+
+Observations: `proprio` (what the robot measures), `images` (rendered cameras after the lens model), and
+`privileged` (simulator truth for generators and evaluation; never for policies).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+
+from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
+from r2s2r.cell.spec import ObjectCfg
+from r2s2r.control.ik import ArmIK
+from r2s2r.geometry import mat_to_quat, quat_to_mat
+from r2s2r.physics import make_physics
+from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
+
+FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
+SETTLE_SPEED = 0.05  # m/s: an object slower than this is at rest
+LIFTED_HEIGHT = 0.06  # m above the belt surface: the object has been picked up
+
+
+class PickSortEnv(gym.Env):
+    metadata = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, cfg: PickSortEnvCfg | None = None, **overrides):
+        cfg = (cfg or PickSortEnvCfg()).replace(**overrides) if overrides else (cfg or PickSortEnvCfg())
+        self.cfg = cfg.validate()
+        cell = cfg.cell
+        self.cell = cell
+        self.condition = CONDITIONS[cfg.condition]
+        self.model = build_model(cell)
+        m = self.model
+        self.physics = make_physics(cfg.physics, m, 1, (belt_periodic(m, cell),))
+        self.renderer = None
+        if cfg.cameras:
+            from r2s2r.render import make_renderer
+
+            h, w = cfg.image_size
+            self.renderer = make_renderer(cfg.renderer, m, cell, cfg.cameras, w, h, shadows=cell.shadows)
+        self.substeps = round(1.0 / (cfg.control_hz * cell.physics.timestep))
+        self.max_steps = int(round(cfg.episode_seconds * cfg.control_hz))
+
+        right = cell.arm("right")
+        self.ik = ArmIK(m, "right", home_q=np.array(right.home_q))
+        self.arm_act = np.array([m.actuator(n).id for n in arm_joint_names("right")])
+        self.hand_act = np.array([m.actuator(n).id for n in hand_joint_names("right")])
+        self.arm_qadr = np.array([m.joint(n).qposadr[0] for n in arm_joint_names("right")])
+        self.hand_qadr = np.array([m.joint(n).qposadr[0] for n in hand_joint_names("right")])
+        self.arm_dadr = np.array([m.joint(n).dofadr[0] for n in arm_joint_names("right")])
+        self.hand_dadr = np.array([m.joint(n).dofadr[0] for n in hand_joint_names("right")])
+        self.belt_act = m.actuator("belt_drive").id
+        self.belt_dof = m.joint("belt_slide").dofadr[0]
+        self.grasp_site = m.site("right_grasp").id
+        self.objects: tuple[ObjectCfg, ...] = cell.novel_objects if self.condition.novel_objects else cell.objects
+        self.all_objects = cell.objects + cell.novel_objects
+        self.colours = sorted(cell.colours)
+        self.bins = {b.colour: b for b in cell.bins}
+        self._light_nominal = (m.light_pos.copy(), m.light_diffuse.copy())
+
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, shape=(27,), dtype=np.float64)
+        images = {}
+        h, w = cfg.image_size
+        for cam in cfg.cameras:
+            images[cam] = gym.spaces.Box(0, 255, (h, w, 3), np.uint8)
+            if cfg.depth:
+                images[f"{cam}_depth"] = gym.spaces.Box(0, np.inf, (h, w), np.float32)
+        box = lambda n: gym.spaces.Box(-np.inf, np.inf, (n,), np.float64)  # noqa: E731
+        self.observation_space = gym.spaces.Dict(
+            {
+                "proprio": gym.spaces.Dict({"arm_q": box(7), "arm_dq": box(7), "hand_q": box(20), "ee_pose": box(7)}),
+                "images": gym.spaces.Dict(images),
+                "privileged": gym.spaces.Dict(
+                    {"object_pos": box(3), "object_quat": box(4), "object_vel": box(6), "belt_speed": box(1),
+                     "target_bin_pos": box(3), "colour_id": box(1), "object_id": box(1)}
+                ),
+            }
+        )
+        self._rng = np.random.default_rng()
+
+    # ----------------------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._rng = np.random.default_rng(seed)
+        m, cell, cfg, rng = self.model, self.cell, self.cfg, self._rng
+        lo, hi = self.condition.belt_speed or cell.belt.speed_range
+        self.belt_speed = float(rng.uniform(lo, hi))
+        self.obj = self.objects[rng.integers(len(self.objects))]
+        self.colour = self.colours[rng.integers(len(self.colours))]
+        self._randomize_lights(rng)
+
+        qpos, ctrl, qvel = m.key_qpos[0].copy(), m.key_ctrl[0].copy(), np.zeros(m.nv)
+        self.obj_body = m.body(object_body_name(self.obj)).id
+        self.obj_geom = m.geom(object_body_name(self.obj)).id
+        for o in self.all_objects:  # a clean grey for every parked object, the episode's colour for the active one
+            m.geom_rgba[m.geom(object_body_name(o)).id] = (0.8, 0.8, 0.8, 1.0)
+        m.geom_rgba[self.obj_geom] = cell.colours[self.colour]
+        jnt = m.joint(object_body_name(self.obj))
+        self.obj_qadr, self.obj_dadr = jnt.qposadr[0], jnt.dofadr[0]
+        delay = rng.uniform(*cfg.spawn_delay)
+        x0 = max(cfg.spawn_x - self.belt_speed * delay, -cell.belt.length / 2 + 0.08 + cell.belt.center[0])
+        y0 = cell.belt.center[1] + rng.uniform(*cfg.lateral_range)
+        z0 = cell.belt.center[2] + self.obj.half_height + 0.001
+        qpos[self.obj_qadr:self.obj_qadr + 3] = (x0, y0, z0)
+        yaw = rng.uniform(-np.pi, np.pi) if self.obj.shape in ("box", "ellipsoid") else 0.0
+        qpos[self.obj_qadr + 3:self.obj_qadr + 7] = (np.cos(yaw / 2), 0, 0, np.sin(yaw / 2))
+        qvel[self.obj_dadr] = self.belt_speed
+        qvel[self.belt_dof] = self.belt_speed
+        ctrl[self.belt_act] = self.belt_speed
+        self.physics.reset(qpos, qvel, ctrl)
+        self._ctrl = ctrl
+        self.steps = 0
+        self.lifted = False
+        obs = self._observe()
+        return obs, self._info(None)
+
+    def _randomize_lights(self, rng: np.random.Generator) -> None:
+        c, m = self.condition, self.model
+        pos, diffuse = self._light_nominal
+        m.light_pos[:] = pos + rng.uniform(-c.light_jitter, c.light_jitter, pos.shape)
+        scale = rng.uniform(*c.light_scale, (len(diffuse), 1))
+        tint = 1.0 + rng.uniform(-c.light_tint, c.light_tint, diffuse.shape)
+        m.light_diffuse[:] = np.clip(diffuse * scale * tint, 0.0, 1.0)
+
+    # ----------------------------------------------------------------------------------------------------------
+    def step(self, action):
+        action = np.asarray(action, dtype=float)
+        if action.shape != (27,):
+            raise ValueError(f"action has shape {action.shape}: expected (27,) = 7 arm values + 20 hand targets")
+        if not np.isfinite(action).all():
+            raise ValueError("action contains NaN or inf")
+        if self.cfg.action_mode == "ee_pose":
+            quat = action[3:7] / max(np.linalg.norm(action[3:7]), 1e-9)
+            q_arm, _ = self.ik.solve(self._ctrl[self.arm_act], action[:3], quat_to_mat(quat),
+                                     iterations=self.cfg.ik_iterations)
+        else:
+            q_arm = action[:7]
+        self._ctrl[self.arm_act] = q_arm
+        self._ctrl[self.hand_act] = action[7:]
+        self.physics.set_ctrl(self._ctrl)
+        self.physics.step(self.substeps)
+        self.steps += 1
+        failure, success = self._evaluate()
+        obs = self._observe()
+        terminated = success or failure is not None
+        truncated = False
+        if not terminated and self.steps >= self.max_steps:
+            failure, truncated = "timeout", True
+        return obs, float(success), terminated, truncated, self._info(failure, success)
+
+    def _evaluate(self) -> tuple[str | None, bool]:
+        """(failure name or None, success) from the object's state; see FAILURES."""
+        if self.physics.unstable()[0]:
+            return "unstable", False
+        d = self.physics.host_data(0)
+        pos = d.xpos[self.obj_body]
+        speed = float(np.linalg.norm(d.qvel[self.obj_dadr:self.obj_dadr + 3]))
+        belt = self.cell.belt
+        if pos[2] > belt.center[2] + self.obj.half_height + LIFTED_HEIGHT:
+            self.lifted = True
+        bin_colour = self._bin_containing(pos)
+        if bin_colour is not None and speed < SETTLE_SPEED:
+            return (None, True) if bin_colour == self.colour else ("wrong_bin", False)
+        belt_end = belt.center[0] + belt.length / 2
+        if pos[0] > belt_end and pos[2] < belt.center[2] - 0.02:
+            return "fell_off_belt", False
+        if self.lifted and bin_colour is None and speed < SETTLE_SPEED and pos[2] < belt.center[2] + 0.1:
+            return "dropped", False
+        if not self.lifted and pos[2] < belt.center[2] - 0.02:
+            return "dropped", False
+        return None, False
+
+    def _bin_containing(self, pos: np.ndarray) -> str | None:
+        for colour, b in self.bins.items():
+            hx, hy = b.inner_size[0] / 2, b.inner_size[1] / 2
+            if abs(pos[0] - b.center[0]) < hx and abs(pos[1] - b.center[1]) < hy and pos[2] < b.center[2] + b.wall_height:
+                return colour
+        return None
+
+    # ----------------------------------------------------------------------------------------------------------
+    def _observe(self) -> dict:
+        d = self.physics.host_data(0)
+        ee_rot = d.site_xmat[self.grasp_site].reshape(3, 3)
+        proprio = {
+            "arm_q": d.qpos[self.arm_qadr].copy(),
+            "arm_dq": d.qvel[self.arm_dadr].copy(),
+            "hand_q": d.qpos[self.hand_qadr].copy(),
+            "ee_pose": np.concatenate([d.site_xpos[self.grasp_site], mat_to_quat(ee_rot)]),
+        }
+        images = {}
+        if self.renderer is not None:
+            frames = self.renderer.render(self.physics, rng=self._rng)
+            for cam, out in frames.items():
+                images[cam] = out["rgb"][0]
+                if self.cfg.depth:
+                    images[f"{cam}_depth"] = out["depth"][0]
+        b = self.bins[self.colour]
+        privileged = {
+            "object_pos": d.xpos[self.obj_body].copy(),
+            "object_quat": d.xquat[self.obj_body].copy(),
+            "object_vel": d.qvel[self.obj_dadr:self.obj_dadr + 6].copy(),  # linear (world), angular (body)
+            "belt_speed": np.array([d.qvel[self.belt_dof]]),
+            "target_bin_pos": np.array(b.center, dtype=float),
+            "colour_id": np.array([float(self.colours.index(self.colour))]),
+            "object_id": np.array([float(self.all_objects.index(self.obj))]),
+        }
+        return {"proprio": proprio, "images": images, "privileged": privileged}
+
+    def _info(self, failure: str | None, success: bool = False) -> dict:
+        return {
+            "success": success,
+            "failure": failure,
+            "object": self.obj.name,
+            "colour": self.colour,
+            "belt_speed": self.belt_speed,
+            "condition": self.cfg.condition,
+            "time": self.steps / self.cfg.control_hz,
+        }
+
+    def render(self):
+        if self.renderer is None:
+            return None
+        frames = self.renderer.render(self.physics)
+        return np.concatenate([out["rgb"][0] for out in frames.values()], axis=1)
+
+    def close(self):
+        if self.renderer is not None:
+            self.renderer.close()
+            self.renderer = None

@@ -1,0 +1,376 @@
+"""The USD stage against the compiled MuJoCo model it is built from, before and after physics moves the cell."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import mujoco
+import numpy as np
+import pytest
+from pxr import Gf, Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade
+
+try:
+    import r2s2r  # noqa: F401
+except ImportError:  # not installed into the venv: import from the source tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
+
+from r2s2r.cell import usd  # noqa: E402
+from r2s2r.cell.mjcf import build_model  # noqa: E402
+from r2s2r.cell.spec import CellCfg  # noqa: E402
+from r2s2r.geometry import quat_to_mat  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "export_usd.py"
+PYTHON = REPO / ".venv" / "bin" / "python"
+if not PYTHON.exists():
+    PYTHON = Path(sys.executable)
+
+
+@pytest.fixture(scope="module")
+def cell() -> CellCfg:
+    return CellCfg()
+
+
+@pytest.fixture(scope="module")
+def model(cell) -> mujoco.MjModel:
+    return build_model(cell)
+
+
+@pytest.fixture(scope="module")
+def stage(model, cell) -> Usd.Stage:
+    return usd.build_stage(model, cell)
+
+
+@pytest.fixture(scope="module")
+def moved(model) -> mujoco.MjData:
+    """0.6 s of physics from home: belt running, the cube riding it, every arm and finger joint commanded away."""
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, 0)
+    data.actuator("belt_drive").ctrl = 0.2
+    adr = model.jnt_qposadr[model.body("obj_cube").jntadr[0]]
+    data.qpos[adr:adr + 7] = (-0.6, 0.0, 0.08 + 0.025, 1, 0, 0, 0)
+    for a in range(model.nu):
+        if a != model.actuator("belt_drive").id:
+            lo, hi = model.actuator_ctrlrange[a]
+            data.ctrl[a] = np.clip(data.ctrl[a] + 0.3, lo, hi)
+    x0 = data.qpos[adr]
+    for _ in range(300):
+        mujoco.mj_step(model, data)
+    mujoco.mj_forward(model, data)
+    # The scenario must actually move what the sync tests rely on.
+    assert data.qpos[adr] - x0 > 0.08, "the cube did not ride the belt"
+    assert abs(data.joint("belt_slide").qvel[0] - 0.2) < 0.02
+    assert abs(data.joint("right_joint1").qpos[0] - model.key("home").qpos[model.joint("right_joint1").qposadr[0]]) > 0.1
+    return data
+
+
+def world_pose(prim: Usd.Prim, time=Usd.TimeCode.Default()) -> tuple[np.ndarray, np.ndarray]:
+    """World rotation (3x3, without scale) and translation of a prim, from USD's row-vector matrix."""
+    m = np.array(UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(time))
+    rot = m[:3, :3].T
+    return rot / np.linalg.norm(rot, axis=0), m[3, :3]
+
+
+def name(model, obj, i) -> str:
+    return mujoco.mj_id2name(model, obj, i)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Structure
+# --------------------------------------------------------------------------------------------------------------
+def test_every_body_maps_to_exactly_one_prim(model, stage):
+    paths = [usd.body_prim_path(model, b) for b in range(1, model.nbody)]
+    assert len(set(paths)) == model.nbody - 1
+    for b, path in enumerate(paths, start=1):
+        prim = stage.GetPrimAtPath(path)
+        assert prim.IsValid() and prim.IsA(UsdGeom.Xform), path
+        assert prim.GetName() == name(model, mujoco.mjtObj.mjOBJ_BODY, b)
+    children = [p.GetPath().pathString for p in stage.GetPrimAtPath("/World/Bodies").GetChildren()]
+    assert sorted(children) == sorted(paths)
+    with pytest.raises(ValueError):
+        usd.body_prim_path(model, 0)
+
+
+def test_joints_have_type_limits_in_degrees_and_drive_gains(model, stage):
+    kinds = {int(mujoco.mjtJoint.mjJNT_HINGE): UsdPhysics.RevoluteJoint,
+             int(mujoco.mjtJoint.mjJNT_SLIDE): UsdPhysics.PrismaticJoint}
+    checked = 0
+    for j in range(model.njnt):
+        jname = name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
+        prim = stage.GetPrimAtPath(f"/World/Joints/{jname}")
+        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            assert not prim.IsValid(), jname
+            assert stage.GetPrimAtPath(usd.body_prim_path(model, model.jnt_bodyid[j])).HasAPI(UsdPhysics.RigidBodyAPI)
+            continue
+        kind = kinds[int(model.jnt_type[j])]
+        joint = kind(prim)
+        assert prim.IsA(kind), jname
+        assert joint.GetBody1Rel().GetTargets()[0] == usd.body_prim_path(model, model.jnt_bodyid[j])
+        parent = model.body_parentid[model.jnt_bodyid[j]]
+        assert joint.GetBody0Rel().GetTargets()[0] == usd.body_prim_path(model, parent)
+        actuator = model.actuator("belt_drive" if jname == "belt_slide" else jname)
+        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE:
+            # USD stores limits as float: compare against the float32 rounding of the exact value.
+            lo, hi = np.degrees(model.jnt_range[j])
+            assert joint.GetLowerLimitAttr().Get() == pytest.approx(float(np.float32(lo)), abs=1e-9)
+            assert joint.GetUpperLimitAttr().Get() == pytest.approx(float(np.float32(hi)), abs=1e-9)
+            drive = UsdPhysics.DriveAPI(prim, "angular")
+            # USD angular drives are per degree: kp N*m/rad is kp * pi / 180 N*m/deg.
+            kp, kv = actuator.gainprm[0], -actuator.biasprm[2]
+            assert drive.GetStiffnessAttr().Get() == pytest.approx(kp * math.pi / 180, rel=1e-6)
+            assert drive.GetDampingAttr().Get() == pytest.approx(kv * math.pi / 180, rel=1e-6, abs=1e-12)
+            assert drive.GetMaxForceAttr().Get() == pytest.approx(model.jnt_actfrcrange[j, 1], rel=1e-6)
+        else:
+            # Unlimited: nothing authored, so the schema's fallback (-inf, inf) holds.
+            assert not joint.GetLowerLimitAttr().HasAuthoredValue() and not joint.GetUpperLimitAttr().HasAuthoredValue()
+            assert (joint.GetLowerLimitAttr().Get(), joint.GetUpperLimitAttr().Get()) == (-math.inf, math.inf)
+            drive = UsdPhysics.DriveAPI(prim, "linear")
+            assert drive.GetStiffnessAttr().Get() == 0.0
+            assert drive.GetDampingAttr().Get() == pytest.approx(actuator.gainprm[0], rel=1e-6)
+        checked += 1
+    assert checked == 2 * (7 + 20) + 1
+
+
+def test_rigid_bodies_statics_and_articulation_roots(model, stage):
+    for b in range(1, model.nbody):
+        prim = stage.GetPrimAtPath(usd.body_prim_path(model, b))
+        moving = model.body_weldid[b] != 0
+        assert prim.HasAPI(UsdPhysics.RigidBodyAPI) == moving, prim.GetPath()
+        if moving:
+            mass = UsdPhysics.MassAPI(prim)
+            assert mass.GetMassAttr().Get() == pytest.approx(model.body_mass[b], rel=1e-6)
+            assert np.allclose(mass.GetDiagonalInertiaAttr().Get(), model.body_inertia[b], rtol=1e-6)
+            assert np.allclose(mass.GetCenterOfMassAttr().Get(), model.body_ipos[b], atol=1e-7)
+    for side in ("right", "left"):
+        assert stage.GetPrimAtPath(f"/World/Bodies/{side}_base").HasAPI(UsdPhysics.ArticulationRootAPI)
+        assert UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"/World/Joints/{side}_palm_weld")).GetBody0Rel().GetTargets() \
+            == [f"/World/Bodies/{side}_link7"]
+    roots = [p for p in stage.Traverse() if p.HasAPI(UsdPhysics.ArticulationRootAPI)]
+    assert len(roots) == 2
+
+
+def test_collision_geoms_and_materials(model, stage):
+    for gid in range(model.ngeom):
+        b = model.geom_bodyid[gid]
+        gname = name(model, mujoco.mjtObj.mjOBJ_GEOM, gid) or f"geom_{gid}"
+        parent = "/World/Static" if b == 0 else usd.body_prim_path(model, b)
+        prim = stage.GetPrimAtPath(f"{parent}/{gname}")
+        assert prim.IsValid(), gname
+        collides = bool(model.geom_contype[gid] or model.geom_conaffinity[gid])
+        assert prim.HasAPI(UsdPhysics.CollisionAPI) == collides, gname
+        binding = UsdShade.MaterialBindingAPI(prim)
+        assert np.allclose(UsdGeom.Gprim(prim).GetDisplayColorAttr().Get()[0], model.geom_rgba[gid][:3], atol=1e-6)
+        render = binding.GetDirectBinding().GetMaterial()
+        shader = UsdShade.Shader(stage.GetPrimAtPath(render.GetPath().AppendChild("PreviewSurface")))
+        assert np.allclose(shader.GetInput("diffuseColor").Get(), model.geom_rgba[gid][:3], atol=1e-6)
+        physics = binding.GetDirectBinding("physics").GetMaterial()
+        if collides:
+            api = UsdPhysics.MaterialAPI(physics.GetPrim())
+            assert api.GetStaticFrictionAttr().Get() == pytest.approx(model.geom_friction[gid][0], rel=1e-6)
+            assert api.GetDynamicFrictionAttr().Get() == pytest.approx(model.geom_friction[gid][0], rel=1e-6)
+        else:
+            assert not physics, gname
+
+
+def test_geom_shapes_follow_mujoco_sizes(model, stage):
+    def geom(gname):
+        gid = model.geom(gname).id
+        return stage.GetPrimAtPath(f"{usd.body_prim_path(model, model.geom_bodyid[gid])}/{gname}"), model.geom_size[gid]
+
+    prim, size = geom("obj_capsule")
+    cap = UsdGeom.Capsule(prim)
+    assert cap.GetRadiusAttr().Get() == pytest.approx(size[0]) and cap.GetHeightAttr().Get() == pytest.approx(2 * size[1])
+    assert cap.GetAxisAttr().Get() == "Z"
+    prim, size = geom("obj_cylinder")
+    cyl = UsdGeom.Cylinder(prim)
+    assert cyl.GetRadiusAttr().Get() == pytest.approx(size[0]) and cyl.GetHeightAttr().Get() == pytest.approx(2 * size[1])
+    prim, size = geom("obj_ellipsoid")
+    assert UsdGeom.Sphere(prim).GetRadiusAttr().Get() == 1.0
+    assert np.allclose(UsdGeom.Xformable(prim).GetOrderedXformOps()[2].Get(), size)
+    prim, size = geom("obj_cuboid")
+    assert UsdGeom.Cube(prim).GetSizeAttr().Get() == 2.0
+    assert np.allclose(UsdGeom.Xformable(prim).GetOrderedXformOps()[2].Get(), size)
+    floor = UsdGeom.Plane(stage.GetPrimAtPath("/World/Static/floor"))
+    assert floor.GetWidthAttr().Get() == pytest.approx(2 * model.geom("floor").size[0])
+
+
+def test_stage_follows_the_model_not_a_second_description(cell):
+    wide = cell.replace(belt=cell.belt.__class__(width=0.4))
+    model = build_model(wide)
+    stage = usd.build_stage(model, wide)
+    ops = UsdGeom.Xformable(stage.GetPrimAtPath("/World/Bodies/belt/belt_surface")).GetOrderedXformOps()
+    assert ops[2].Get()[1] == pytest.approx(0.2)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Pose sync
+# --------------------------------------------------------------------------------------------------------------
+def test_sync_matches_mujoco_body_poses(model, stage, moved):
+    usd.sync_poses(stage, model, moved)
+    for b in range(1, model.nbody):
+        prim = stage.GetPrimAtPath(usd.body_prim_path(model, b))
+        m = UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(Usd.TimeCode.Default())
+        assert np.abs(np.array(m.ExtractTranslation()) - moved.xpos[b]).max() < 1e-6, prim.GetPath()
+        q = m.ExtractRotationQuat()
+        q = np.array([q.GetReal(), *q.GetImaginary()])
+        assert min(np.abs(q - moved.xquat[b]).max(), np.abs(q + moved.xquat[b]).max()) < 1e-6, prim.GetPath()
+
+
+def test_sync_matches_mujoco_geom_and_camera_poses(model, stage, moved):
+    usd.sync_poses(stage, model, moved)
+    kinds = set()
+    for gid in range(model.ngeom):
+        b = model.geom_bodyid[gid]
+        gname = name(model, mujoco.mjtObj.mjOBJ_GEOM, gid) or f"geom_{gid}"
+        prim = stage.GetPrimAtPath(f"{'/World/Static' if b == 0 else usd.body_prim_path(model, b)}/{gname}")
+        rot, pos = world_pose(prim)
+        assert np.abs(pos - moved.geom_xpos[gid]).max() < 1e-6, gname
+        assert np.abs(rot - moved.geom_xmat[gid].reshape(3, 3)).max() < 1e-6, gname
+        kinds.add(prim.GetTypeName())
+        if "finger" in name(model, mujoco.mjtObj.mjOBJ_BODY, b):
+            kinds.add("finger")
+    assert {"Capsule", "Cube", "Sphere", "Cylinder", "Plane", "finger"} <= kinds
+    for c in range(model.ncam):
+        cname = name(model, mujoco.mjtObj.mjOBJ_CAMERA, c)
+        b = model.cam_bodyid[c]
+        prim = stage.GetPrimAtPath(f"{'/World/Cameras' if b == 0 else usd.body_prim_path(model, b)}/{cname}")
+        assert prim.IsA(UsdGeom.Camera), cname
+        rot, pos = world_pose(prim)
+        assert np.abs(pos - moved.cam_xpos[c]).max() < 1e-6, cname
+        assert np.abs(rot - moved.cam_xmat[c].reshape(3, 3)).max() < 1e-6, cname
+
+
+def test_joint_frames_follow_mujoco_joints(model, stage, moved):
+    """Both joint frames meet at MuJoCo's anchor, along MuJoCo's axis, and differ by exactly the joint position."""
+    usd.sync_poses(stage, model, moved)
+
+    def frame(joint, side):
+        targets = (joint.GetBody0Rel() if side == 0 else joint.GetBody1Rel()).GetTargets()
+        rot, pos = world_pose(stage.GetPrimAtPath(targets[0])) if targets else (np.eye(3), np.zeros(3))
+        local_pos = np.array((joint.GetLocalPos0Attr() if side == 0 else joint.GetLocalPos1Attr()).Get())
+        q = (joint.GetLocalRot0Attr() if side == 0 else joint.GetLocalRot1Attr()).Get()
+        return rot @ quat_to_mat([q.GetReal(), *q.GetImaginary()]), pos + rot @ local_pos
+
+    for j in range(model.njnt):
+        jtype = model.jnt_type[j]
+        if jtype == mujoco.mjtJoint.mjJNT_FREE:
+            continue
+        prim = stage.GetPrimAtPath(f"/World/Joints/{name(model, mujoco.mjtObj.mjOBJ_JOINT, j)}")
+        joint = UsdPhysics.Joint(prim)
+        k = "XYZ".index(prim.GetAttribute("physics:axis").Get())
+        (r0, p0), (r1, p1) = frame(joint, 0), frame(joint, 1)
+        q = moved.qpos[model.jnt_qposadr[j]]
+        assert np.abs(p0 - moved.xanchor[j]).max() < 1e-6, prim.GetPath()  # MuJoCo's anchor is parent-side
+        assert np.abs(r1[:, k] - moved.xaxis[j]).max() < 1e-6, prim.GetPath()
+        if jtype == mujoco.mjtJoint.mjJNT_HINGE:
+            expected = Gf.Matrix3d(Gf.Rotation(Gf.Vec3d(*np.eye(3)[k]), math.degrees(q))).GetTranspose()
+            assert np.abs(r0.T @ r1 - np.array(expected)).max() < 1e-6, prim.GetPath()
+            assert np.abs(p1 - p0).max() < 1e-6, prim.GetPath()
+        else:
+            assert np.abs(r0.T @ r1 - np.eye(3)).max() < 1e-6
+            assert np.abs(p1 - p0 - r0[:, k] * q).max() < 1e-6
+
+
+def test_time_samples_record_a_rollout(model, cell):
+    stage = usd.build_stage(model, cell)
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, 0)
+    data.actuator("belt_drive").ctrl = 0.2
+    poses = []
+    for frame in range(4):
+        for _ in range(10):
+            mujoco.mj_step(model, data)
+        mujoco.mj_kinematics(model, data)
+        usd.sync_poses(stage, model, data, frame)
+        poses.append(data.xpos.copy())
+    belt = stage.GetPrimAtPath("/World/Bodies/belt")
+    translate = UsdGeom.Xformable(belt).GetOrderedXformOps()[0]
+    assert translate.GetAttr().GetTimeSamples() == [0.0, 1.0, 2.0, 3.0]
+    for frame, xpos in enumerate(poses):
+        _, pos = world_pose(belt, Usd.TimeCode(frame))
+        assert np.abs(pos - xpos[model.body("belt").id]).max() < 1e-6
+    assert poses[3][model.body("belt").id][0] > poses[0][model.body("belt").id][0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Stage metadata, cameras, lights, files
+# --------------------------------------------------------------------------------------------------------------
+def test_metadata_and_written_file_reopens(model, cell, tmp_path):
+    out = tmp_path / "cell.usda"
+    stage = usd.build_stage(model, cell, str(out))
+    assert sorted(os.listdir(tmp_path)) == ["cell.usda"]  # no temporary file left behind
+    for s in (stage, Usd.Stage.Open(str(out))):
+        assert UsdGeom.GetStageMetersPerUnit(s) == 1.0
+        assert UsdGeom.GetStageUpAxis(s) == UsdGeom.Tokens.z
+        assert UsdPhysics.GetStageKilogramsPerUnit(s) == 1.0
+        assert s.GetDefaultPrim().GetPath() == "/World"
+        assert s.GetRootLayer().customLayerData["r2s2r"]["generator"] == "r2s2r.cell.usd"
+    assert len(list(Usd.Stage.Open(str(out)).Traverse())) == len(list(stage.Traverse()))
+    scene = UsdPhysics.Scene(stage.GetPrimAtPath("/World/PhysicsScene"))
+    assert scene.GetGravityMagnitudeAttr().Get() == pytest.approx(9.81)
+    assert tuple(scene.GetGravityDirectionAttr().Get()) == (0, 0, -1)
+
+
+def test_cameras_carry_the_cell_lenses(model, cell, stage):
+    for cam_cfg in cell.cameras:
+        lens = cam_cfg.lens
+        parent = "/World/Cameras" if cam_cfg.mount == "world" else f"/World/Bodies/{cam_cfg.mount.split('_')[0]}_palm"
+        prim = stage.GetPrimAtPath(f"{parent}/{cam_cfg.name}")
+        cam = UsdGeom.Camera(prim)
+        focal = cam.GetFocalLengthAttr().Get()
+        assert focal / cam.GetVerticalApertureAttr().Get() == pytest.approx(lens.fy, rel=1e-6)
+        assert focal / cam.GetHorizontalApertureAttr().Get() == pytest.approx(lens.fx, rel=1e-6)
+        assert prim.GetAttribute("r2s2r:lens:model").Get() == lens.model
+        if lens.model == "fisheye":
+            ks = [prim.GetAttribute(f"r2s2r:lens:k{i}").Get() for i in range(1, 5)]
+            assert ks == pytest.approx(list(lens.distortion))
+            # usd-core does not know Isaac Sim's schema, so read the authored list rather than GetAppliedSchemas.
+            assert "OmniLensDistortionOpenCvFisheyeAPI" in prim.GetMetadata("apiSchemas").ApplyOperations([])
+            w, _ = prim.GetAttribute("omni:lensdistortion:opencvFisheye:imageSize").Get()
+            assert prim.GetAttribute("omni:lensdistortion:opencvFisheye:fx").Get() == pytest.approx(lens.fx * w)
+    assert any(c.lens.model == "fisheye" for c in cell.cameras)
+
+
+def test_lights_point_along_mujoco_directions(model, cell, stage):
+    for i, cfg in enumerate(cell.lights):
+        prim = stage.GetPrimAtPath(f"/World/Lights/{cfg.name}")
+        assert prim.HasAPI(UsdLux.LightAPI)
+        rot, pos = world_pose(prim)
+        lid = model.light(cfg.name).id
+        assert np.allclose(pos, model.light_pos[lid])
+        assert np.allclose(-rot[:, 2], model.light_dir[lid], atol=1e-9)
+        assert UsdLux.LightAPI(prim).GetIntensityAttr().Get() == pytest.approx(cfg.intensity * usd.SPHERE_NITS_PER_UNIT)
+        assert tuple(UsdLux.LightAPI(prim).GetColorAttr().Get()) == pytest.approx(cfg.colour)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Script
+# --------------------------------------------------------------------------------------------------------------
+def test_script_writes_an_animated_stage(tmp_path):
+    out = tmp_path / "anim.usda"
+    run = subprocess.run([str(PYTHON), str(SCRIPT), "--output", str(out), "--animate", "0.5"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert str(out) in run.stdout
+    stage = Usd.Stage.Open(str(out))
+    assert stage.GetTimeCodesPerSecond() == 30 and stage.GetEndTimeCode() == 15
+    cube = stage.GetPrimAtPath("/World/Bodies/obj_cube")
+    translate = UsdGeom.Xformable(cube).GetOrderedXformOps()[0].GetAttr()
+    assert translate.GetTimeSamples() == [float(f) for f in range(16)]
+    start, end = translate.Get(0), translate.Get(15)
+    assert start[0] == pytest.approx(-0.6, abs=1e-3)
+    assert end[0] - start[0] == pytest.approx(0.2 * 0.5, abs=0.02)  # carried by the belt at 0.2 m/s
+
+
+def test_script_bad_output_path_exits_2_and_names_it(tmp_path):
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    bad = blocker / "cell.usda"
+    run = subprocess.run([str(PYTHON), str(SCRIPT), "--output", str(bad)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    assert str(bad) in run.stderr
+    assert "Traceback" not in run.stderr

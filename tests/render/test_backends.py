@@ -1,0 +1,271 @@
+"""Render backends: image format, depth against MuJoCo's own ray casts, colours, config errors, and the
+MuJoCo Warp ray tracer against the GL rasteriser."""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # headless; must precede the first mujoco import
+
+import mujoco  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+try:
+    import r2s2r  # noqa: F401
+except ImportError:  # not installed into the venv: import from the source tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
+
+from r2s2r.cell.mjcf import build_model  # noqa: E402
+from r2s2r.cell.spec import CellCfg, ConfigError  # noqa: E402
+from r2s2r.physics import make_physics  # noqa: E402
+from r2s2r.render import RENDERERS, make_renderer  # noqa: E402
+
+CELL = CellCfg()
+CAMERAS = CELL.camera_names
+GEOMGROUPS = np.array([1, 1, 1, 0, 0, 0], np.uint8)  # the groups both renderers draw
+
+
+@pytest.fixture(scope="module")
+def model() -> mujoco.MjModel:
+    return build_model(CELL)
+
+
+def home_physics(model: mujoco.MjModel, nworld: int, backend: str = "mujoco"):
+    physics = make_physics(backend, model, nworld)
+    key = model.key("home")
+    physics.reset(key.qpos, key.qvel, key.ctrl)
+    return physics
+
+
+def place(model: mujoco.MjModel, physics, body: str, pos, world: int | None = None) -> None:
+    """Reset with one free body moved to `pos` (in `world`, or all worlds)."""
+    qpos = np.stack([physics.host_data(w).qpos.copy() for w in range(physics.nworld)])
+    adr = model.joint(body).qposadr[0]
+    for w in range(physics.nworld):
+        if world is None or w == world:
+            qpos[w, adr:adr + 3] = pos
+    key = model.key("home")
+    physics.reset(qpos, np.zeros((physics.nworld, model.nv)), key.ctrl)
+
+
+def world_to_cv(data: mujoco.MjData, cam_id: int, points: np.ndarray) -> np.ndarray:
+    """World points in the OpenCV frame of a MuJoCo camera (which looks along its -z with +y up)."""
+    local = (np.atleast_2d(points) - data.cam_xpos[cam_id]) @ data.cam_xmat[cam_id].reshape(3, 3)
+    return local * np.array([1.0, -1.0, -1.0])
+
+
+def ray_depth(model: mujoco.MjModel, data: mujoco.MjData, cam_id: int, dir_cv: np.ndarray) -> float:
+    """Distance along the optical axis to the first surface on a ray (OpenCV camera frame), by mj_ray; 0 if none."""
+    dir_cv = np.asarray(dir_cv, dtype=np.float64) / np.linalg.norm(dir_cv)
+    dir_world = data.cam_xmat[cam_id].reshape(3, 3) @ (dir_cv * np.array([1.0, -1.0, -1.0]))
+    geom = np.zeros(1, np.int32)
+    dist = mujoco.mj_ray(model, data, data.cam_xpos[cam_id], dir_world, GEOMGROUPS, 1, -1, geom)
+    return 0.0 if dist < 0 else dist * dir_cv[2]
+
+
+def sampled_ray(cm, row: int, col: int) -> np.ndarray:
+    """The ray (OpenCV frame) of the source pixel whose depth output pixel (row, col) carries (nearest)."""
+    k = cm.source_intrinsic_matrix()
+    u = np.floor(cm.map_x[row, col] + 0.5)
+    v = np.floor(cm.map_y[row, col] + 0.5)
+    return np.array([(u - k[0, 2]) / k[0, 0], (v - k[1, 2]) / k[1, 1], 1.0])
+
+
+@pytest.fixture(scope="module")
+def gl64(model):
+    with make_renderer("mujoco_gl", model, CELL, CAMERAS, 64, 64) as renderer:
+        yield renderer
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MuJoCo GL
+# ----------------------------------------------------------------------------------------------------------------
+def test_gl_shapes_and_dtypes_for_all_cameras_and_worlds(model, gl64):
+    physics = home_physics(model, 2)
+    place(model, physics, "obj_cube", (0.25, 0.0, 0.106), world=1)  # worlds must not share images
+    images = gl64.render(physics)
+    assert set(images) == set(CAMERAS)
+    for name in CAMERAS:
+        rgb, depth = images[name]["rgb"], images[name]["depth"]
+        assert rgb.shape == (2, 64, 64, 3) and rgb.dtype == np.uint8
+        assert depth.shape == (2, 64, 64) and depth.dtype == np.float32
+        assert np.isfinite(depth).all() and (depth >= 0).all()
+        assert rgb.std() > 5 and (depth > 0).mean() > 0.3, name  # a real scene, not a blank frame
+    for name in ("head_left", "head_right"):  # the cube is only 2-3 pixels wide at this size
+        assert np.abs(images[name]["rgb"][0].astype(int) - images[name]["rgb"][1]).max() > 40, name
+
+
+def test_gl_centre_depth_matches_mj_ray_along_the_optical_axis(model, gl64):
+    physics = home_physics(model, 2)
+    data = physics.host_data(0)
+    images = gl64.render(physics)
+    for name in ("head_left", "head_right"):
+        cm, cam_id = gl64.camera_models[name], gl64.camera_ids[name]
+        k = cm.intrinsic_matrix()
+        row, col = int(round(k[1, 2])), int(round(k[0, 2]))  # the output pixel on the optical axis
+        got = float(images[name]["depth"][0, row, col])
+        axis = ray_depth(model, data, cam_id, [0.0, 0.0, 1.0])
+        assert axis > 0.5
+        # The depth comes from the nearest source pixel, up to half a source pixel (~0.6 degrees) off the axis,
+        # which moves the depth on the obliquely seen belt by about 1 cm; the depth buffer itself is sub-mm.
+        assert got == pytest.approx(axis, abs=0.02), name
+        assert got == pytest.approx(ray_depth(model, data, cam_id, sampled_ray(cm, row, col)), abs=0.005), name
+
+
+@pytest.mark.parametrize("name", CAMERAS)
+def test_gl_depth_matches_mj_ray_across_the_image(model, gl64, name):
+    # Checks the field of view, the image orientation and (on the wrist fisheyes) the lens warp together:
+    # every output pixel's depth must be the mj_ray distance along the source ray it was resampled from.
+    physics = home_physics(model, 1)
+    data = physics.host_data(0)
+    depth = gl64.render(physics)[name]["depth"][0]
+    cm, cam_id = gl64.camera_models[name], gl64.camera_ids[name]
+    errors = []
+    for row in range(2, 64, 6):
+        for col in range(2, 64, 6):
+            if cm.valid_mask[row, col]:
+                errors.append(abs(depth[row, col] - ray_depth(model, data, cam_id, sampled_ray(cm, row, col))))
+    errors = np.array(errors)
+    assert len(errors) > 50
+    # Pixel-centre sampling is the same in both; only silhouette pixels (rasterisation rules) may differ.
+    assert np.median(errors) < 0.002 and (errors < 0.01).mean() > 0.9, (np.median(errors), (errors < 0.01).mean())
+
+
+def test_gl_moving_a_coloured_object_into_view_changes_the_pixels_there(model):
+    m = copy.copy(model)  # recoloured privately: the renderer reads colours from the model it was given
+    m.geom("obj_cube").rgba = (0.9, 0.1, 0.1, 1.0)
+    physics = home_physics(m, 1)
+    with make_renderer("mujoco_gl", m, CELL, ["head_left"], 128, 128) as renderer:
+        cm, cam_id = renderer.camera_models["head_left"], renderer.camera_ids["head_left"]
+        before = renderer.render(physics)["head_left"]["rgb"][0]
+        top = np.array([0.25, 0.0, CELL.belt.center[2] + 0.05 + 0.001])  # top face centre of the cube on the belt
+        place(m, physics, "obj_cube", top - [0, 0, 0.025])
+        images = renderer.render(physics)["head_left"]
+        u, v = cm.project(world_to_cv(physics.host_data(0), cam_id, top))[0]
+        patch = images["rgb"][0, int(round(v)) - 1:int(round(v)) + 2, int(round(u)) - 1:int(round(u)) + 2]
+        colour = np.median(patch.reshape(-1, 3), axis=0)
+        old = np.median(before[int(round(v)) - 1:int(round(v)) + 2, int(round(u)) - 1:int(round(u)) + 2]
+                        .reshape(-1, 3), axis=0)
+        # Lit red: red well above green and blue, and clearly brighter than the dark belt it covers.
+        assert colour[0] > 100 and colour[0] > 2.5 * colour[1] and colour[0] > 2.5 * colour[2], colour
+        assert np.abs(colour - old).max() > 60, (colour, old)
+        # The cube's top face is also where the depth says it is.
+        expected = world_to_cv(physics.host_data(0), cam_id, top)[0, 2]
+        assert images["depth"][0, int(round(v)), int(round(u))] == pytest.approx(expected, abs=0.02)
+
+
+def test_physics_state_and_model_are_untouched_by_rendering(model, gl64):
+    physics = home_physics(model, 1)
+    qpos, fovy = physics.qpos().copy(), model.cam_fovy.copy()
+    gl64.render(physics)
+    np.testing.assert_array_equal(physics.qpos(), qpos)
+    np.testing.assert_array_equal(model.cam_fovy, fovy)
+
+
+def test_shadows_and_multisampling_change_the_image(model):
+    physics = home_physics(model, 1)
+    plain = make_renderer("mujoco_gl", model, CELL, ["head_left"], 64, 64)
+    shadows = make_renderer("mujoco_gl", model, CELL, ["head_left"], 64, 64, shadows=True)
+    msaa = make_renderer("mujoco_gl", model, CELL, ["head_left"], 64, 64, multisample=True)
+    try:
+        a, b, c = (r.render(physics)["head_left"] for r in (plain, shadows, msaa))
+    finally:
+        for r in (plain, shadows, msaa):
+            r.close()
+    # Shadows only darken; anti-aliasing only touches edges, so most pixels keep their value.
+    diff = b["rgb"].astype(int) - a["rgb"].astype(int)
+    assert (diff < -10).mean() > 0.01 and (diff > 10).mean() < 0.005
+    assert (c["rgb"] != a["rgb"]).any() and np.median(np.abs(c["rgb"].astype(int) - a["rgb"])) <= 2
+    np.testing.assert_allclose(b["depth"], a["depth"], atol=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Configuration errors
+# ----------------------------------------------------------------------------------------------------------------
+def test_unknown_camera_is_a_config_error(model):
+    with pytest.raises(ConfigError, match=r"cameras.*'nose'.*head_left"):
+        make_renderer("mujoco_gl", model, CELL, ["nose"], 64, 64)
+
+
+@pytest.mark.parametrize("size", [(0, 64), (64, 0), (4096, 64), (64.0, 64)])
+def test_bad_resolution_is_a_config_error(model, size):
+    with pytest.raises(ConfigError, match=r"resolution.*2048"):
+        make_renderer("mujoco_gl", model, CELL, ["head_left"], *size)
+
+
+def test_unknown_renderer_is_a_config_error(model):
+    with pytest.raises(ConfigError, match=r"renderer.*'povray'.*mujoco_gl.*mujoco_warp"):
+        make_renderer("povray", model, CELL, ["head_left"], 64, 64)
+    assert RENDERERS == ("mujoco_gl", "mujoco_warp")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# MuJoCo Warp against MuJoCo GL
+# ----------------------------------------------------------------------------------------------------------------
+# Both renderers draw the same pinhole source with the same pixel-centre rays, so depth agrees to float
+# precision except on silhouette pixels, where the rasteriser's coverage rule and the ray through the pixel centre
+# can pick different surfaces (a few percent of pixels). Colours differ more: OpenGL's fixed-function lighting
+# (per-vertex-ish spot falloff, its own specular) against Warp's per-ray Phong-style shading, so mean colours of
+# a uniform region are compared within 12 of 255 levels (~5 %), while the measured difference is ~1-3 levels.
+DEPTH_MEDIAN_TOL = 0.01
+HIT_AGREEMENT = 0.95
+COLOUR_TOL = 12
+
+
+def floor_mask(cm, depth: np.ndarray, data: mujoco.MjData, cam_id: int) -> np.ndarray:
+    """Pixels of a pinhole output image whose depth puts them on the floor plane (z = 0)."""
+    k = cm.intrinsic_matrix()
+    v, u = np.mgrid[0:depth.shape[0], 0:depth.shape[1]]
+    cv = np.stack([(u - k[0, 2]) / k[0, 0], (v - k[1, 2]) / k[1, 1], np.ones_like(depth)], -1) * depth[..., None]
+    world = (cv * np.array([1.0, -1.0, -1.0])) @ data.cam_xmat[cam_id].reshape(3, 3).T + data.cam_xpos[cam_id]
+    return (depth > 0) & (np.abs(world[..., 2]) < 0.003)
+
+
+@pytest.fixture(scope="module")
+def warp64(model):
+    pytest.importorskip("mujoco_warp")
+    with make_renderer("mujoco_warp", model, CELL, CAMERAS, 64, 64) as renderer:
+        yield renderer
+
+
+@pytest.mark.warp
+def test_warp_agrees_with_gl(model, gl64, warp64):
+    physics = home_physics(model, 2)
+    place(model, physics, "obj_cube", (0.25, 0.0, 0.106), world=1)
+    gl, wp_ = gl64.render(physics), warp64.render(physics)
+    for name in CAMERAS:
+        a, b = gl[name], wp_[name]
+        assert b["rgb"].shape == a["rgb"].shape and b["rgb"].dtype == np.uint8
+        assert b["depth"].shape == a["depth"].shape and b["depth"].dtype == np.float32
+        hit_a, hit_b = a["depth"] > 0, b["depth"] > 0
+        assert (hit_a == hit_b).mean() > HIT_AGREEMENT, name
+        both = hit_a & hit_b
+        assert np.median(np.abs(a["depth"] - b["depth"])[both]) < DEPTH_MEDIAN_TOL, name
+        assert (np.abs(a["depth"] - b["depth"])[both] < 0.02).mean() > HIT_AGREEMENT, name
+    data = physics.host_data(0)
+    for name in ("head_left", "head_right"):
+        cm, cam_id = gl64.camera_models[name], gl64.camera_ids[name]
+        mask = floor_mask(cm, gl[name]["depth"][0], data, cam_id) & floor_mask(cm, wp_[name]["depth"][0], data, cam_id)
+        assert mask.sum() > 300, name  # a large uniform region
+        mean_a = gl[name]["rgb"][0][mask].mean(0)
+        mean_b = wp_[name]["rgb"][0][mask].mean(0)
+        assert np.abs(mean_a - mean_b).max() < COLOUR_TOL, (name, mean_a, mean_b)
+
+
+@pytest.mark.warp
+def test_warp_renders_from_warp_physics_like_from_c_physics(model, warp64):
+    pytest.importorskip("r2s2r.physics.mujoco_warp")
+    c_physics = home_physics(model, 2)
+    w_physics = home_physics(model, 2, "mujoco_warp")
+    for physics in (c_physics, w_physics):
+        place(model, physics, "obj_cube", (0.25, 0.0, 0.106), world=1)
+    a, b = warp64.render(c_physics), warp64.render(w_physics)
+    for name in CAMERAS:
+        # The Warp physics computes poses in float32, so silhouettes may shift by a pixel here and there.
+        diff = np.abs(a[name]["depth"] - b[name]["depth"])
+        assert np.median(diff) < 1e-3 and (diff < 0.01).mean() > 0.98, name
+        assert (np.abs(a[name]["rgb"].astype(int) - b[name]["rgb"]) <= 3).mean() > 0.97, name
