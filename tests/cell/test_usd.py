@@ -11,7 +11,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
-from pxr import Gf, Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade
+from pxr import Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade
 
 try:
     import r2s2r  # noqa: F401
@@ -20,7 +20,7 @@ except ImportError:  # not installed into the venv: import from the source tree
 
 from r2s2r.cell import usd  # noqa: E402
 from r2s2r.cell.mjcf import build_model  # noqa: E402
-from r2s2r.cell.spec import CellCfg  # noqa: E402
+from r2s2r.cell.spec import CameraCfg, CellCfg, LensCfg, Pose  # noqa: E402
 from r2s2r.geometry import quat_to_mat  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,7 +64,8 @@ def moved(model) -> mujoco.MjData:
     # The scenario must actually move what the sync tests rely on.
     assert data.qpos[adr] - x0 > 0.08, "the cube did not ride the belt"
     assert abs(data.joint("belt_slide").qvel[0] - 0.2) < 0.02
-    assert abs(data.joint("right_joint1").qpos[0] - model.key("home").qpos[model.joint("right_joint1").qposadr[0]]) > 0.1
+    home = model.key("home").qpos[model.joint("right_joint1").qposadr[0]]
+    assert abs(data.joint("right_joint1").qpos[0] - home) > 0.1, "the arm did not move"
     return data
 
 
@@ -147,8 +148,8 @@ def test_rigid_bodies_statics_and_articulation_roots(model, stage):
             assert np.allclose(mass.GetCenterOfMassAttr().Get(), model.body_ipos[b], atol=1e-7)
     for side in ("right", "left"):
         assert stage.GetPrimAtPath(f"/World/Bodies/{side}_base").HasAPI(UsdPhysics.ArticulationRootAPI)
-        assert UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"/World/Joints/{side}_palm_weld")).GetBody0Rel().GetTargets() \
-            == [f"/World/Bodies/{side}_link7"]
+        weld = UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"/World/Joints/{side}_palm_weld"))
+        assert weld.GetBody0Rel().GetTargets() == [f"/World/Bodies/{side}_link7"]
     roots = [p for p in stage.Traverse() if p.HasAPI(UsdPhysics.ArticulationRootAPI)]
     assert len(roots) == 2
 
@@ -183,11 +184,13 @@ def test_geom_shapes_follow_mujoco_sizes(model, stage):
 
     prim, size = geom("obj_capsule")
     cap = UsdGeom.Capsule(prim)
-    assert cap.GetRadiusAttr().Get() == pytest.approx(size[0]) and cap.GetHeightAttr().Get() == pytest.approx(2 * size[1])
+    assert cap.GetRadiusAttr().Get() == pytest.approx(size[0])
+    assert cap.GetHeightAttr().Get() == pytest.approx(2 * size[1])  # USD's capsule height excludes the caps
     assert cap.GetAxisAttr().Get() == "Z"
     prim, size = geom("obj_cylinder")
     cyl = UsdGeom.Cylinder(prim)
-    assert cyl.GetRadiusAttr().Get() == pytest.approx(size[0]) and cyl.GetHeightAttr().Get() == pytest.approx(2 * size[1])
+    assert cyl.GetRadiusAttr().Get() == pytest.approx(size[0])
+    assert cyl.GetHeightAttr().Get() == pytest.approx(2 * size[1])
     prim, size = geom("obj_ellipsoid")
     assert UsdGeom.Sphere(prim).GetRadiusAttr().Get() == 1.0
     assert np.allclose(UsdGeom.Xformable(prim).GetOrderedXformOps()[2].Get(), size)
@@ -244,35 +247,104 @@ def test_sync_matches_mujoco_geom_and_camera_poses(model, stage, moved):
         assert np.abs(rot - moved.cam_xmat[c].reshape(3, 3)).max() < 1e-6, cname
 
 
-def test_joint_frames_follow_mujoco_joints(model, stage, moved):
-    """Both joint frames meet at MuJoCo's anchor, along MuJoCo's axis, and differ by exactly the joint position."""
-    usd.sync_poses(stage, model, moved)
+def check_joint_frames(model: mujoco.MjModel, stage: Usd.Stage, data: mujoco.MjData) -> int:
+    """Both joint frames meet at MuJoCo's anchor, along MuJoCo's axis, and differ by exactly qpos (also for a
+    non-zero ref, so USD limits equal jnt_range). Returns the number of joints checked."""
 
     def frame(joint, side):
-        targets = (joint.GetBody0Rel() if side == 0 else joint.GetBody1Rel()).GetTargets()
+        if side == 0:
+            rel, pos_attr, rot_attr = joint.GetBody0Rel(), joint.GetLocalPos0Attr(), joint.GetLocalRot0Attr()
+        else:
+            rel, pos_attr, rot_attr = joint.GetBody1Rel(), joint.GetLocalPos1Attr(), joint.GetLocalRot1Attr()
+        targets = rel.GetTargets()
         rot, pos = world_pose(stage.GetPrimAtPath(targets[0])) if targets else (np.eye(3), np.zeros(3))
-        local_pos = np.array((joint.GetLocalPos0Attr() if side == 0 else joint.GetLocalPos1Attr()).Get())
-        q = (joint.GetLocalRot0Attr() if side == 0 else joint.GetLocalRot1Attr()).Get()
-        return rot @ quat_to_mat([q.GetReal(), *q.GetImaginary()]), pos + rot @ local_pos
+        q = rot_attr.Get()
+        return rot @ quat_to_mat([q.GetReal(), *q.GetImaginary()]), pos + rot @ np.array(pos_attr.Get())
 
+    checked = 0
     for j in range(model.njnt):
         jtype = model.jnt_type[j]
         if jtype == mujoco.mjtJoint.mjJNT_FREE:
             continue
         prim = stage.GetPrimAtPath(f"/World/Joints/{name(model, mujoco.mjtObj.mjOBJ_JOINT, j)}")
-        joint = UsdPhysics.Joint(prim)
         k = "XYZ".index(prim.GetAttribute("physics:axis").Get())
-        (r0, p0), (r1, p1) = frame(joint, 0), frame(joint, 1)
-        q = moved.qpos[model.jnt_qposadr[j]]
-        assert np.abs(p0 - moved.xanchor[j]).max() < 1e-6, prim.GetPath()  # MuJoCo's anchor is parent-side
-        assert np.abs(r1[:, k] - moved.xaxis[j]).max() < 1e-6, prim.GetPath()
+        (r0, p0), (r1, p1) = frame(UsdPhysics.Joint(prim), 0), frame(UsdPhysics.Joint(prim), 1)
+        coord = data.qpos[model.jnt_qposadr[j]]
+        where = prim.GetPath()
+        # float32 local frames in USD: 1e-6 m / rad is well above their rounding at these lever arms.
+        # MuJoCo's anchor is the child's at q = ref (for a slide, ref along the axis from where it is at q = 0).
+        ref = model.qpos0[model.jnt_qposadr[j]] if jtype == mujoco.mjtJoint.mjJNT_SLIDE else 0.0
+        assert np.abs(p0 - (data.xanchor[j] - ref * data.xaxis[j])).max() < 1e-6, where
+        assert np.abs(r1[:, k] - data.xaxis[j]).max() < 1e-6, where
         if jtype == mujoco.mjtJoint.mjJNT_HINGE:
-            expected = Gf.Matrix3d(Gf.Rotation(Gf.Vec3d(*np.eye(3)[k]), math.degrees(q))).GetTranspose()
-            assert np.abs(r0.T @ r1 - np.array(expected)).max() < 1e-6, prim.GetPath()
-            assert np.abs(p1 - p0).max() < 1e-6, prim.GetPath()
+            assert np.abs(r0.T @ r1 - axis_rotation(np.eye(3)[k], coord)).max() < 1e-6, where
+            assert np.abs(p1 - p0).max() < 1e-6, where
         else:
-            assert np.abs(r0.T @ r1 - np.eye(3)).max() < 1e-6
-            assert np.abs(p1 - p0 - r0[:, k] * q).max() < 1e-6
+            assert np.abs(r0.T @ r1 - np.eye(3)).max() < 1e-6, where
+            assert np.abs(p1 - p0 - r0[:, k] * coord).max() < 1e-6, where
+        checked += 1
+    return checked
+
+
+def axis_rotation(axis: np.ndarray, angle: float) -> np.ndarray:
+    w = np.cos(angle / 2)
+    return quat_to_mat([w, *(np.sin(angle / 2) * np.asarray(axis))])
+
+
+def test_joint_frames_follow_mujoco_joints(model, stage, moved):
+    usd.sync_poses(stage, model, moved)
+    assert check_joint_frames(model, stage, moved) == 2 * (7 + 20) + 1
+
+
+OBLIQUE = """
+<mujoco>
+  <compiler angle="radian"/>
+  <worldbody>
+    <body name="a" pos="0.1 0.2 0.3" euler="0.3 0.2 0.1">
+      <joint name="hinge" type="hinge" axis="0.3 -0.5 0.8" pos="0.01 0.02 0.03" ref="0.4" range="-1 1"/>
+      <geom type="box" size="0.1 0.05 0.02"/>
+      <body name="b" pos="0.2 0 0.05" euler="0.5 -0.4 1.2">
+        <joint name="slide" type="slide" axis="1 1 0.2" pos="0 0.03 0" ref="0.05" range="-0.1 0.2"/>
+        <geom type="capsule" size="0.02 0.05"/>
+        <body name="c" pos="0 0 0.1">
+          <joint name="flip" type="hinge" axis="0 0 -1" range="-2 2"/>
+          <geom type="sphere" size="0.02"/>
+        </body>
+      </body>
+    </body>
+  </worldbody>
+  <actuator><position name="hinge" joint="hinge" kp="10" kv="2"/></actuator>
+</mujoco>
+"""
+
+
+def test_oblique_axes_reference_positions_and_a_world_parent(cell):
+    """Hinge and slide axes off the principal directions, non-zero refs and a joint on a world child."""
+    model = mujoco.MjModel.from_xml_string(OBLIQUE)
+    stage = usd.build_stage(model, cell)
+    data = mujoco.MjData(model)
+    for qpos in ([0.0, 0.0, 0.0], [0.7, -0.08, 1.9], [-0.9, 0.15, -1.3]):
+        data.qpos[:] = qpos
+        mujoco.mj_kinematics(model, data)
+        usd.sync_poses(stage, model, data)
+        assert check_joint_frames(model, stage, data) == 3
+    hinge = UsdPhysics.RevoluteJoint(stage.GetPrimAtPath("/World/Joints/hinge"))
+    assert not hinge.GetBody0Rel().GetTargets()  # parent is the world
+    assert hinge.GetLowerLimitAttr().Get() == pytest.approx(math.degrees(-1), rel=1e-6)
+    assert UsdPhysics.DriveAPI(hinge.GetPrim(), "angular").GetStiffnessAttr().Get() == pytest.approx(10 * math.pi / 180)
+    assert UsdPhysics.PrismaticJoint(stage.GetPrimAtPath("/World/Joints/slide")).GetUpperLimitAttr().Get() \
+        == pytest.approx(0.2, rel=1e-6)
+
+
+def test_sync_writes_to_the_edit_target_layer(model, cell, moved):
+    stage = usd.build_stage(model, cell)
+    root_before = stage.GetRootLayer().ExportToString()
+    stage.SetEditTarget(stage.GetSessionLayer())  # as a GUI session would, leaving the authored stage alone
+    usd.PoseSync(stage, model)(moved)
+    assert stage.GetRootLayer().ExportToString() == root_before
+    b = model.body("obj_cube").id
+    _, pos = world_pose(stage.GetPrimAtPath(usd.body_prim_path(model, b)))
+    assert np.abs(pos - moved.xpos[b]).max() < 1e-6
 
 
 def test_time_samples_record_a_rollout(model, cell):
@@ -333,6 +405,19 @@ def test_cameras_carry_the_cell_lenses(model, cell, stage):
             w, _ = prim.GetAttribute("omni:lensdistortion:opencvFisheye:imageSize").Get()
             assert prim.GetAttribute("omni:lensdistortion:opencvFisheye:fx").Get() == pytest.approx(lens.fx * w)
     assert any(c.lens.model == "fisheye" for c in cell.cameras)
+
+
+def test_camera_projection_matches_the_lens(cell):
+    """USD's own frustum puts rays where the LensCfg's pinhole intrinsics (normalised image coords) put them."""
+    lens = LensCfg(fx=0.7, fy=0.9, cx=0.4, cy=0.6)
+    odd = cell.replace(cameras=(CameraCfg("probe", "world", Pose((0.1, 0.2, 1.0)), lens),))
+    stage = usd.build_stage(build_model(odd), odd)
+    proj = np.array(UsdGeom.Camera(stage.GetPrimAtPath("/World/Cameras/probe")).GetCamera().frustum
+                    .ComputeProjectionMatrix())
+    for x, y in ((0.0, 0.0), (0.1, 0.0), (0.0, 0.1), (-0.2, 0.15)):
+        clip = np.array([x, y, -1.0, 1.0]) @ proj  # camera looks along -z, +y up; USD matrices act on rows
+        u, v = (clip[0] / clip[3] + 1) / 2, (1 - clip[1] / clip[3]) / 2
+        assert (u, v) == pytest.approx((lens.cx + lens.fx * x, lens.cy - lens.fy * y), abs=1e-6)
 
 
 def test_lights_point_along_mujoco_directions(model, cell, stage):

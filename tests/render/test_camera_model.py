@@ -98,7 +98,8 @@ def test_folding_distortion_is_cut_at_the_fold():
 
 
 def test_wide_fisheye_is_clipped_at_the_maximum_ray_angle():
-    cm = CameraModel(FISHEYE, 128, 128)  # about 190 degrees across the diagonal
+    wide = LensCfg(model="fisheye", fx=0.30, fy=0.30, distortion=(-0.02, 0.003, 0.0, 0.0))
+    cm = CameraModel(wide, 128, 128)  # about 190 degrees across the diagonal
     assert 0.2 < cm.valid_mask.mean() < 0.9
     assert cm.render_fovy_deg < 2 * (MAX_RAY_ANGLE_DEG + 3)
     pts = random_points(np.random.default_rng(2), 4000, 100.0)

@@ -9,7 +9,7 @@ Units: metres, kilograms, seconds, Z up (stage metadata says so as well).
 
 Prim layout (stable paths; MuJoCo names pass through `Tf.MakeValidIdentifier`):
 
-    /World                            Xform, the default prim
+    /World                            Xform, the default prim; its groups below are Scopes (no transform)
     /World/PhysicsScene               UsdPhysics.Scene, gravity from model.opt.gravity
     /World/Static/<geom>              geoms of the world body (the floor)
     /World/Bodies/<body>              one Xform per body except the world. FLAT, not nested: its ops
@@ -18,9 +18,10 @@ Prim layout (stable paths; MuJoCo names pass through `Tf.MakeValidIdentifier`):
     /World/Bodies/<body>/<geom>       geoms (unnamed ones as geom_<id>), local pose from geom_pos/geom_quat
     /World/Bodies/<body>/<camera>     cameras mounted on a body, local pose from cam_pos/cam_quat
     /World/Cameras/<camera>           cameras fixed to the world
-    /World/Joints/<joint>             RevoluteJoint (hinge), PrismaticJoint (slide), SphericalJoint (ball)
+    /World/Joints/<joint>             RevoluteJoint (hinge) or PrismaticJoint (slide); free joints have none
     /World/Joints/<body>_weld         FixedJoint of a jointless body welded to a moving parent (the palms)
-    /World/Lights/<light>             SphereLight (MuJoCo spot light) or DistantLight (directional)
+    /World/Lights/<light>             SphereLight (MuJoCo spot light) or DistantLight (directional); a light
+                                      mounted on a body sits under its body prim instead, like cameras
     /World/Looks/color_<rrggbbaa>     UsdPreviewSurface material per distinct geom colour
     /World/Looks/friction_<mu>        physics material per distinct friction of collision geoms
 
@@ -34,12 +35,14 @@ PhysX's `physxRigidBody:disableGravity`, which is what MuJoCo's gravcomp = 1 doe
 Cameras: the vertical aperture is fixed at VERTICAL_APERTURE_MM and focalLength = fy * verticalAperture, since
 the lens' fy is normalised by image height; horizontalAperture = focalLength / fx, so the aperture aspect is
 fy / fx, the image aspect at which the lens has square pixels (1:1 for fx == fy). The principal point becomes
-an aperture offset of (cx - 0.5) / (cy - 0.5) apertures, ignoring the half-pixel difference between OpenCV's
-pixel-centre convention and USD's continuous film. UsdGeom.Camera has no fisheye model, so a fisheye lens is
-written twice: as our attributes `r2s2r:lens:{model,fx,fy,cx,cy,k1..k4}` (normalised, exactly the LensCfg),
-and as Isaac Sim's `OmniLensDistortionOpenCvFisheyeAPI` (`omni:lensdistortion:opencvFisheye:*`, the OpenCV
-fisheye = equidistant Kannala-Brandt model, intrinsics in pixels at a nominal image FISHEYE_IMAGE_WIDTH wide;
-Isaac rescales them to the render resolution).
+aperture offsets of (0.5 - cx) and (cy - 0.5) apertures (image v grows down, film y up), ignoring the half-pixel
+difference between OpenCV's pixel-centre convention and USD's continuous film. UsdGeom.Camera has no fisheye
+model, so a fisheye lens is written twice: as our attributes `r2s2r:lens:{model,fx,fy,cx,cy,k1..k4}`
+(normalised, exactly the LensCfg; every camera gets model and fx..cy) and as Isaac Sim's
+`OmniLensDistortionOpenCvFisheyeAPI` (`omni:lensdistortion:opencvFisheye:*`, OpenCV's fisheye model, i.e. the
+same equidistant Kannala-Brandt polynomial, intrinsics in pixels at a nominal image FISHEYE_IMAGE_WIDTH wide with
+square pixels; Isaac rescales them to the render resolution). The schema is not known to usd-core, so it is
+written as an applied-schema name plus attributes; the names follow Isaac Sim 5's camera API.
 
 Lights: our intensity in [0, 3] is scaled to SPHERE_NITS_PER_UNIT nits on a sphere light of radius
 SPHERE_LIGHT_RADIUS (1.0 gives about 470 lux on axis at 2 m, an office-like level) or DISTANT_PER_UNIT for a
@@ -323,30 +326,28 @@ def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
         if jtype == _J.mjJNT_FREE:
             continue  # a free body is just a rigid body
         child = int(model.jnt_bodyid[j])
-        if model.body_jntnum[child] > 1:
-            raise NotImplementedError(f"body {body_prim_path(model, child)} has {model.body_jntnum[child]} joints; "
-                                      "a USD joint connects two bodies, so one joint per body is supported")
+        if jtype not in (_J.mjJNT_HINGE, _J.mjJNT_SLIDE) or model.body_jntnum[child] > 1:
+            raise NotImplementedError(f"joint {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j)}: only "
+                                      "single hinge or slide joints (and free joints) per body map to USD joints")
         parent = int(model.body_parentid[child])
         path = f"/World/Joints/{_ident(model, mujoco.mjtObj.mjOBJ_JOINT, j, 'joint')}"
         axis = np.asarray(model.jnt_axis[j], dtype=float)
         anchor = np.asarray(model.jnt_pos[j], dtype=float)
-        ref = float(model.qpos0[model.jnt_qposadr[j]]) if jtype in (_J.mjJNT_HINGE, _J.mjJNT_SLIDE) else 0.0
+        ref = float(model.qpos0[model.jnt_qposadr[j]])
         # The joint frame's USD axis is the principal axis nearest MuJoCo's, rotated onto it exactly.
         k = int(np.argmax(np.abs(axis)))
         frame = _rotation_between(np.eye(3)[k], axis)
         body_rot = quat_to_mat(model.body_quat[child])
-        # USD's joint coordinate is zero where the two joint frames coincide; MuJoCo's body pose holds at q = ref.
+        # MuJoCo's body pose holds at q = ref; the parent-side frame is placed where the child's is at q = 0, so
+        # the USD joint coordinate (zero where the frames coincide) equals qpos and limits are jnt_range as is.
         if jtype == _J.mjJNT_HINGE:
             joint = UsdPhysics.RevoluteJoint.Define(stage, path)
             rot0 = body_rot @ _rodrigues(axis / np.linalg.norm(axis), -ref) @ frame
             pos0 = model.body_pos[child] + body_rot @ anchor
-        elif jtype == _J.mjJNT_SLIDE:
+        else:
             joint = UsdPhysics.PrismaticJoint.Define(stage, path)
             rot0 = body_rot @ frame
             pos0 = model.body_pos[child] + body_rot @ (anchor - ref * axis)
-        else:
-            joint = UsdPhysics.SphericalJoint.Define(stage, path)
-            rot0, pos0 = body_rot @ frame, model.body_pos[child] + body_rot @ anchor
         if parent != 0:
             joint.CreateBody0Rel().SetTargets([body_prim_path(model, parent)])
         joint.CreateBody1Rel().SetTargets([body_prim_path(model, child)])
@@ -355,12 +356,10 @@ def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
         joint.CreateLocalPos1Attr(Gf.Vec3f(*map(float, anchor)))
         joint.CreateLocalRot1Attr(_quatf(mat_to_quat(frame)))
         joint.CreateAxisAttr("XYZ"[k])
-        if jtype == _J.mjJNT_BALL:
-            continue
         angular = jtype == _J.mjJNT_HINGE
         unit = 180.0 / math.pi if angular else 1.0
         if model.jnt_limited[j]:
-            lo, hi = (model.jnt_range[j] - ref) * unit
+            lo, hi = model.jnt_range[j] * unit
             joint.CreateLowerLimitAttr(float(lo))
             joint.CreateUpperLimitAttr(float(hi))
         a = actuator_of.get(j)
@@ -434,7 +433,8 @@ def _add_lights(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
         cfg = cfgs.get(name)
         # MuJoCo stores colour * intensity as diffuse; the cell keeps them apart.
         colour, intensity = (cfg.colour, cfg.intensity) if cfg else (tuple(model.light_diffuse[i]), 1.0)
-        path = f"/World/Lights/{Tf.MakeValidIdentifier(name)}"
+        b = int(model.light_bodyid[i])
+        path = f"{'/World/Lights' if b == 0 else body_prim_path(model, b)}/{Tf.MakeValidIdentifier(name)}"
         if model.light_type[i] == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL:
             light = UsdLux.DistantLight.Define(stage, path)
             light.CreateIntensityAttr(intensity * DISTANT_PER_UNIT)
@@ -445,7 +445,7 @@ def _add_lights(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
             if model.light_type[i] == mujoco.mjtLightType.mjLIGHT_SPOT:
                 UsdLux.ShapingAPI.Apply(light.GetPrim()).CreateShapingConeAngleAttr(float(model.light_cutoff[i]))
         light.CreateColorAttr(Gf.Vec3f(*map(float, colour)))
-        # USD lights shine along their -z; MuJoCo light poses are world-frame (lights here sit on the world).
+        # USD lights shine along their -z; MuJoCo's light pose is in its body's frame, as is the prim's.
         rot = _rotation_between(np.array([0.0, 0.0, -1.0]), np.asarray(model.light_dir[i], dtype=float))
         _set_local_pose(light.GetPrim(), model.light_pos[i], mat_to_quat(rot))
 
@@ -456,13 +456,16 @@ def _add_lights(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
 class PoseSync:
     """Writes MuJoCo body world poses into a stage built by `build_stage`, with attribute handles cached.
 
-    Construct once per (stage, model); call with an `MjData` each rendered frame. Writes go to the stage's
-    edit target as the default value, or as time samples at `time_code` (for an animated recording).
+    Construct once per (stage, model); call with an `MjData` each rendered frame. Writes go to the layer of the
+    stage's edit target at construction, as default values or, with `time_code`, as time samples (to record a
+    rollout). The layer's attribute specs are written directly in one change block: about twice as fast as
+    `UsdAttribute.Set` and a single change notification per frame.
     """
 
     def __init__(self, stage: Usd.Stage, model: mujoco.MjModel):
         self.stage, self.model = stage, model
-        self._attrs: list[tuple[Usd.Attribute, Usd.Attribute]] = []
+        self.layer = stage.GetEditTarget().GetLayer()
+        self._specs: list[tuple[Sdf.AttributeSpec, Sdf.AttributeSpec]] = []
         for b in range(1, model.nbody):
             path = body_prim_path(model, b)
             prim = stage.GetPrimAtPath(path)
@@ -472,15 +475,27 @@ class PoseSync:
                          (UsdGeom.XformOp.TypeOrient, UsdGeom.XformOp.PrecisionDouble)]:
                 raise ValueError(f"stage prim {path}: expected a body Xform with double translate and orient ops "
                                  "(was the stage built from this model by build_stage?)")
-            self._attrs.append((ops[0].GetAttr(), ops[1].GetAttr()))
+            specs = []
+            for op in ops:
+                if self.layer.GetAttributeAtPath(op.GetAttr().GetPath()) is None:
+                    op.GetAttr().Set(op.GetAttr().Get())  # an opinion in the edit target gives us a spec to write
+                specs.append(self.layer.GetAttributeAtPath(op.GetAttr().GetPath()))
+            self._specs.append((specs[0], specs[1]))
 
     def __call__(self, data: mujoco.MjData, time_code: float | Usd.TimeCode | None = None) -> None:
-        t = Usd.TimeCode.Default() if time_code is None else Usd.TimeCode(time_code)
+        if isinstance(time_code, Usd.TimeCode):
+            time_code = None if time_code.IsDefault() else time_code.GetValue()
         pos, quat = data.xpos[1:].tolist(), data.xquat[1:].tolist()
-        with Sdf.ChangeBlock():  # one change notification for the whole frame
-            for (translate, orient), p, q in zip(self._attrs, pos, quat):
-                translate.Set(Gf.Vec3d(*p), t)
-                orient.Set(Gf.Quatd(*q), t)
+        with Sdf.ChangeBlock():
+            if time_code is None:
+                for (translate, orient), p, q in zip(self._specs, pos, quat):
+                    translate.default = Gf.Vec3d(*p)
+                    orient.default = Gf.Quatd(*q)
+            else:
+                t, layer = float(time_code), self.layer
+                for (translate, orient), p, q in zip(self._specs, pos, quat):
+                    layer.SetTimeSample(translate.path, t, Gf.Vec3d(*p))
+                    layer.SetTimeSample(orient.path, t, Gf.Quatd(*q))
 
 
 _SYNC_CACHE: list[PoseSync] = []

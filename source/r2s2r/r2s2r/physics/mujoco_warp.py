@@ -19,7 +19,8 @@ from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
 # across worlds (naconmax = nconmax * nworld), so one busy world may borrow from quiet ones. Constraint rows are
 # a hard per-world limit (njmax): every contact may need 2 * (condim - 1) pyramidal rows (condim 4 on objects and
 # fingertips: 6 rows), plus one row per dof with friction loss and per limited joint; `_default_njmax` sizes it
-# for all of them at once. Overflow drops contacts/rows silently, so `unstable()` reports it.
+# for all of them at once (836 rows for the cell; measured on Warp's CPU device, that costs under 1 % against
+# njmax = 256). Overflow drops contacts/rows silently, so `unstable()` reports it.
 DEFAULT_NCONMAX = 128
 
 # Overflow bits that mean contacts or constraint rows were dropped. The solver-iteration bits are left out:

@@ -68,6 +68,7 @@ class MujocoGLRenderer(RenderBackend):
         self._ctx.readDepthMap = mujoco.mjtDepthMap.mjDEPTH_ZEROFAR
         max_w_ctx, max_h_ctx = self._ctx.offWidth, self._ctx.offHeight
         if max_w > max_w_ctx or max_h > max_h_ctx:  # the GL driver capped the buffer
+            self.close()
             raise ConfigError(f"resolution = {(max_w, max_h)!r} (source render): expected at most "
                               f"{(max_w_ctx, max_h_ctx)!r}, the largest offscreen buffer this OpenGL allows")
 
@@ -126,7 +127,11 @@ class MujocoGLRenderer(RenderBackend):
         return np.where(hit, float(d) / (z64 + float(c)), 0.0).astype(np.float32)
 
     def close(self) -> None:
+        # GL objects belong to the context they were made in: make ours current before deleting them, then
+        # release the context itself.
         if self._ctx is not None:
+            if self._gl is not None:
+                self._gl.make_current()
             self._ctx.free()
             self._ctx = None
         if self._gl is not None:

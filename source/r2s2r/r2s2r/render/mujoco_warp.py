@@ -14,9 +14,10 @@ Differences from the GL rasteriser (see `mujoco_gl`): one ray per pixel centre, 
 shading differs by a few percent; ray-traced hard shadows instead of a shadow map.
 """
 
-# No `from __future__ import annotations`: Warp reads annotations as types when it sees kernels or functions.
+from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Sequence
 
 import mujoco
@@ -84,7 +85,7 @@ class MujocoWarpRenderer(RenderBackend):
             self._upload = None
         return self._rc
 
-    def _device_state(self, physics: PhysicsBackend, device: wp.Device):
+    def _device_state(self, physics: PhysicsBackend):
         """The device model and data to render, with this frame's poses in the data."""
         if hasattr(physics, "wdata"):
             m, d = physics.wmodel, physics.wdata
@@ -100,7 +101,10 @@ class MujocoWarpRenderer(RenderBackend):
                 m.light_castshadow = self._castshadow
             return m, d
         if self._upload is None:
-            self._upload = (mjw.put_model(self._render_model), mjw.make_data(self.model, nworld=physics.nworld))
+            with warnings.catch_warnings():
+                # put_model warns about collision settings; this device model is only rendered, never stepped.
+                warnings.filterwarnings("ignore", message="MULTICCD", category=UserWarning)
+                self._upload = (mjw.put_model(self._render_model), mjw.make_data(self.model, nworld=physics.nworld))
         m, d = self._upload
         # Only the poses the ray tracer reads (and the BVH refit) are uploaded: geoms, cameras and lights.
         datas = [physics.host_data(w) for w in range(physics.nworld)]
@@ -118,7 +122,7 @@ class MujocoWarpRenderer(RenderBackend):
         device = self._device_for(physics)
         rc = self._context(physics.nworld, device)
         with wp.ScopedDevice(device):
-            m, d = self._device_state(physics, device)
+            m, d = self._device_state(physics)
             mjw.refit_bvh(m, d, rc)  # the scene BVH was built for the poses at context creation
             mjw.render(m, d, rc)
             packed = rc.rgb_data.numpy()
