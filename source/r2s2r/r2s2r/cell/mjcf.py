@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell import robots
-from r2s2r.cell.spec import ArmCfg, BinCfg, CellCfg, ConfigError, ObjectCfg, Pose
+from r2s2r.cell.spec import ArmCfg, BinCfg, CellCfg, ConfigError, ObjectCfg
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
 from r2s2r.physics.base import PeriodicJoint
 

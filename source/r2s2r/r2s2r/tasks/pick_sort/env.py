@@ -12,7 +12,6 @@ Observations: `proprio` (what the robot measures), `images` (rendered cameras af
 from __future__ import annotations
 
 import gymnasium as gym
-import mujoco
 import numpy as np
 
 from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
