@@ -12,7 +12,6 @@ step graph; that first step is reported separately as `setup_s`. Rates are world
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -27,6 +26,7 @@ try:
 except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "r2s2r"))
 
+from _common import write_json  # noqa: E402
 from r2s2r.cell.mjcf import belt_periodic, build_model  # noqa: E402
 from r2s2r.cell.spec import CellCfg  # noqa: E402
 from r2s2r.physics.mujoco_c import MujocoCBackend  # noqa: E402
@@ -149,11 +149,7 @@ def main(argv=None) -> int:
                    timestep=model.opt.timestep),
         versions=versions, platform=platform.platform(), cpu_count=os.cpu_count(), rows=rows, markdown=table,
     )
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, args.output)  # readers never see a half-written file
-    print(f"wrote {args.output}", file=sys.stderr)
+    write_json(args.output, result)
     return 0
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ try:
 except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "r2s2r"))
 
+from _common import write_json  # noqa: E402
 from r2s2r.cell.mjcf import build_model  # noqa: E402
 from r2s2r.cell.spec import CellCfg  # noqa: E402
 from r2s2r.physics import make_physics  # noqa: E402
@@ -102,24 +102,23 @@ def bench_gl(model, cell, cams, size, physics, seconds) -> list[dict]:
     size_of = {name: (cm.render_width, cm.render_height) for name, cm in ours.camera_models.items()}
     bare = {s: mujoco.Renderer(bare_model, height=s[1], width=s[0]) for s in set(size_of.values())}
 
-    def bare_rgb():
+    def bare_render(depth: bool):
         for w in range(physics.nworld):
             d = physics.host_data(w)
             for name in cams:
                 r = bare[size_of[name]]
                 r.update_scene(d, name)
                 r.render()
+                if depth:  # mujoco.Renderer needs a second pass for depth
+                    r.enable_depth_rendering()
+                    r.render()
+                    r.disable_depth_rendering()
+
+    def bare_rgb():
+        bare_render(depth=False)
 
     def bare_rgbd():
-        for w in range(physics.nworld):
-            d = physics.host_data(w)
-            for name in cams:
-                r = bare[size_of[name]]
-                r.update_scene(d, name)
-                r.render()
-                r.enable_depth_rendering()
-                r.render()
-                r.disable_depth_rendering()
+        bare_render(depth=True)
 
     try:
         results = interleaved({
@@ -214,11 +213,7 @@ def main(argv=None) -> int:
                   sources=sources, versions=versions,
                   mujoco_gl=os.environ.get("MUJOCO_GL"), platform=platform.platform(), cpu_count=os.cpu_count(),
                   rows=rows, markdown=table)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, args.output)  # readers never see a half-written file
-    print(f"wrote {args.output}", file=sys.stderr)
+    write_json(args.output, result)
     return 0
 
 

@@ -9,15 +9,13 @@ Usage: python benchmarks/bench_task.py [--seconds 5] [--output outputs/bench_tas
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
-from pathlib import Path
 
 import mujoco
 import numpy as np
 
 import r2s2r.tasks as tasks
+from _common import write_json
 
 
 def bare_steps_per_second(model: mujoco.MjModel, seconds: float) -> float:
@@ -58,11 +56,7 @@ def main() -> None:
     print("| configuration | physics steps/s | ratio to bare mj_step |\n|---|---|---|")
     for name, sps in rows.items():
         print(f"| {name} | {sps:,.0f} | {sps / bare:.3f} |")
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({k: {"steps_per_s": v, "ratio": v / bare} for k, v in rows.items()}, indent=2))
-    os.replace(tmp, out)
+    write_json(args.output, {k: {"steps_per_s": v, "ratio": v / bare} for k, v in rows.items()})
 
 
 if __name__ == "__main__":
