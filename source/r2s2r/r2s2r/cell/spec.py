@@ -144,10 +144,16 @@ class ObjectCfg:
     friction: float = 1.0
 
     @property
+    def half_extents(self) -> tuple[float, float, float]:
+        """Half the object's bounding box along its body axes (capsules lie along body y, cylinders stand up)."""
+        sx, sy, sz = self.size
+        return {"box": (sx, sy, sz), "sphere": (sx, sx, sx), "cylinder": (sx, sx, sy), "capsule": (sx, sx + sy, sx),
+                "ellipsoid": (sx, sy, sz)}[self.shape]
+
+    @property
     def half_height(self) -> float:
         """Half the object's extent along z when it rests in its spawn orientation."""
-        sx, sy, sz = self.size
-        return {"box": sz, "sphere": sx, "cylinder": sy, "capsule": sx, "ellipsoid": sz}[self.shape]
+        return self.half_extents[2]
 
     def validate(self, where: str) -> None:
         _require(self.shape in ("box", "sphere", "cylinder", "capsule", "ellipsoid"), f"{where}.shape",
@@ -195,9 +201,9 @@ class BinCfg:
 
 def _default_bins() -> tuple[BinCfg, ...]:
     return (
-        BinCfg("red", (0.62, -0.22, 0.0)),
-        BinCfg("green", (0.62, -0.42, 0.0)),
-        BinCfg("blue", (0.62, -0.62, 0.0)),
+        BinCfg("red", (0.62, -0.30, 0.0)),
+        BinCfg("green", (0.62, -0.48, 0.0)),
+        BinCfg("blue", (0.62, -0.66, 0.0)),
     )
 
 
@@ -331,10 +337,13 @@ def _default_lights() -> tuple[LightCfg, ...]:
 # --------------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PhysicsCfg:
+    """Solver options. Elliptic friction cones with impratio 10 are MuJoCo's advice for grasping: with pyramidal
+    cones and impratio 1, round objects crept out of the Wuji hand's grasp (14/20 vs 5/20 scripted successes)."""
+
     timestep: float = 0.002
     integrator: Literal["implicitfast", "Euler", "RK4", "implicit"] = "implicitfast"
-    cone: Literal["pyramidal", "elliptic"] = "pyramidal"
-    impratio: float = 1.0
+    cone: Literal["pyramidal", "elliptic"] = "elliptic"
+    impratio: float = 10.0
     iterations: int = 50
     ls_iterations: int = 20
 

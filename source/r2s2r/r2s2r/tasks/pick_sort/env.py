@@ -58,6 +58,8 @@ class PickSortEnv(gym.Env):
         self.belt_act = m.actuator("belt_drive").id
         self.belt_dof = m.joint("belt_slide").dofadr[0]
         self.grasp_site = m.site("right_grasp").id
+        # The right arm's subtree (arm and hand): an object touching it is held or being grasped.
+        self.robot_bodies = m.body_rootid == m.body("right_base").id
         self.objects: tuple[ObjectCfg, ...] = cell.novel_objects if self.condition.novel_objects else cell.objects
         self.all_objects = cell.objects + cell.novel_objects
         self.colours = sorted(cell.colours)
@@ -78,7 +80,8 @@ class PickSortEnv(gym.Env):
                 "images": gym.spaces.Dict(images),
                 "privileged": gym.spaces.Dict(
                     {"object_pos": box(3), "object_quat": box(4), "object_vel": box(6), "belt_speed": box(1),
-                     "target_bin_pos": box(3), "colour_id": box(1), "object_id": box(1)}
+                     "object_half_extents": box(3), "target_bin_pos": box(3), "colour_id": box(1),
+                     "object_id": box(1)}
                 ),
             }
         )
@@ -170,11 +173,17 @@ class PickSortEnv(gym.Env):
         belt_end = belt.center[0] + belt.length / 2
         if pos[0] > belt_end and pos[2] < belt.center[2] - 0.02:
             return "fell_off_belt", False
-        if self.lifted and bin_colour is None and speed < SETTLE_SPEED and pos[2] < belt.center[2] + 0.1:
+        if self.lifted and bin_colour is None and speed < SETTLE_SPEED and not self._touching_robot(d):
             return "dropped", False
         if not self.lifted and pos[2] < belt.center[2] - 0.02:
             return "dropped", False
         return None, False
+
+    def _touching_robot(self, d) -> bool:
+        g1, g2 = d.contact.geom1[:d.ncon], d.contact.geom2[:d.ncon]
+        b1, b2 = self.model.geom_bodyid[g1], self.model.geom_bodyid[g2]
+        obj = self.obj_body
+        return bool(np.any((b1 == obj) & self.robot_bodies[b2]) or np.any((b2 == obj) & self.robot_bodies[b1]))
 
     def _bin_containing(self, pos: np.ndarray) -> str | None:
         for colour, b in self.bins.items():
@@ -206,6 +215,7 @@ class PickSortEnv(gym.Env):
             "object_quat": d.xquat[self.obj_body].copy(),
             "object_vel": d.qvel[self.obj_dadr:self.obj_dadr + 6].copy(),  # linear (world), angular (body)
             "belt_speed": np.array([d.qvel[self.belt_dof]]),
+            "object_half_extents": np.array(self.obj.half_extents),
             "target_bin_pos": np.array(b.center, dtype=float),
             "colour_id": np.array([float(self.colours.index(self.colour))]),
             "object_id": np.array([float(self.all_objects.index(self.obj))]),
