@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell import robots
-from r2s2r.cell.spec import ArmCfg, BinCfg, CellCfg, ConfigError, ObjectCfg
+from r2s2r.cell.spec import ArmCfg, BinCfg, BoardCfg, CellCfg, ConfigError, ObjectCfg
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
 from r2s2r.physics.base import PeriodicJoint
 
@@ -111,7 +111,7 @@ def _add_arm(spec: mujoco.MjSpec, cell: CellCfg, cfg: ArmCfg):
         _set_inertial(body, link.inertial)
         name = f"{side}_joint{i + 1}"
         body.add_joint(name=name, type=mujoco.mjtJoint.mjJNT_HINGE, axis=link.axis, range=[link.lower, link.upper],
-                       damping=cfg.joint_damping, frictionloss=cfg.joint_frictionloss, armature=cfg.armature,
+                       damping=cfg.joint_damping[i], frictionloss=cfg.joint_frictionloss[i], armature=cfg.armature,
                        actfrcrange=[-link.effort, link.effort], actfrclimited=mujoco.mjtLimited.mjLIMITED_TRUE)
         act = spec.add_actuator(name=name, target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)
         act.set_to_position(kp=cfg.kp[i], kv=cfg.kd[i])
@@ -276,8 +276,18 @@ def build_spec(cell: CellCfg) -> mujoco.MjSpec:
     spec.stat.center = [0.2, -0.2, 0.3]
     spec.stat.extent = 1.5
 
-    spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[3, 3, 0.05], rgba=cell.floor_rgba,
-                            contype=STATIC, conaffinity=OBJECT | ROBOT)
+    floor = spec.worldbody.add_geom(name="floor", type=mujoco.mjtGeom.mjGEOM_PLANE, size=[3, 3, 0.05],
+                                    rgba=cell.floor_rgba, contype=STATIC, conaffinity=OBJECT | ROBOT)
+    if cell.floor_texture:
+        spec.add_texture(name="floor_tiles", type=mujoco.mjtTexture.mjTEXTURE_2D,
+                         builtin=mujoco.mjtBuiltin.mjBUILTIN_CHECKER, rgb1=[0.62, 0.6, 0.56], rgb2=[0.5, 0.49, 0.46],
+                         width=256, height=256, mark=mujoco.mjtMark.mjMARK_EDGE, markrgb=[0.4, 0.4, 0.38])
+        spec.add_material(name="floor_tiles", textures=["", "floor_tiles"], texrepeat=[6, 6], texuniform=True)
+        floor.material = "floor_tiles"
+        floor.rgba = [1, 1, 1, 1]
+    _add_clutter(spec, cell.clutter)
+    if cell.calibration_board is not None:
+        _add_board(spec, cell.calibration_board)
     for light in cell.lights:
         spec.worldbody.add_light(name=light.name, pos=light.pos, dir=light.direction,
                                  diffuse=[c * light.intensity for c in light.colour], specular=[0.1, 0.1, 0.1],
@@ -293,6 +303,35 @@ def build_spec(cell: CellCfg) -> mujoco.MjSpec:
     for cam in cell.cameras:
         _add_camera(spec, cam, palms)
     return spec
+
+
+def _add_clutter(spec: mujoco.MjSpec, count: int) -> None:
+    # Boxes of assorted sizes and colours on the floor around the cell, outside the workspace (visual only): the
+    # backgrounds of real cells are never empty. A fixed seed keeps a world file's clutter the same every build.
+    rng = np.random.default_rng(7)
+    for k in range(count):
+        angle = rng.uniform(-0.3 * math.pi, 1.3 * math.pi)  # anywhere but behind the robot
+        radius = rng.uniform(1.0, 1.6)
+        size = rng.uniform(0.05, 0.2, 3)
+        rgba = [*rng.uniform(0.1, 0.9, 3), 1.0]
+        spec.worldbody.add_geom(name=f"clutter_{k}", type=mujoco.mjtGeom.mjGEOM_BOX, size=size, rgba=rgba,
+                                pos=[radius * math.cos(angle), radius * math.sin(angle), size[2]],
+                                euler=[0, 0, rng.uniform(0, math.pi)], contype=0, conaffinity=0)
+
+
+def _add_board(spec: mujoco.MjSpec, board: BoardCfg) -> None:
+    # Black squares as thin boxes on a white plate with a one-square margin: exact geometry, no texture sampling.
+    cols, rows = board.squares
+    s = board.square_size
+    body = spec.worldbody.add_body(name="calibration_board", mocap=True, pos=[0, 0, -1])
+    body.add_geom(name="calibration_board_plate", type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.95, 0.95, 0.95, 1],
+                  size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 0.002], pos=[0, 0, -0.002], contype=0, conaffinity=0)
+    for c in range(cols):
+        for r in range(rows):
+            if (c + r) % 2 == 0:
+                body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.02, 0.02, 0.02, 1], size=[s / 2, s / 2, 1e-4],
+                              pos=[(c - (cols - 1) / 2) * s, (r - (rows - 1) / 2) * s, 1e-4], contype=0,
+                              conaffinity=0)
 
 
 def build_model(cell: CellCfg) -> mujoco.MjModel:

@@ -55,9 +55,11 @@ class ArmCfg:
     home_q: tuple[float, ...]
     kp: tuple[float, ...] = (1500.0, 1500.0, 800.0, 800.0, 300.0, 300.0, 300.0)
     kd: tuple[float, ...] = (80.0, 80.0, 40.0, 40.0, 12.0, 12.0, 12.0)
-    joint_damping: float = 1.0
-    joint_frictionloss: float = 0.1
+    joint_damping: tuple[float, ...] = (1.0,) * ARM_DOF  # N*m*s/rad, viscous, in the joint (not the controller)
+    joint_frictionloss: tuple[float, ...] = (0.1,) * ARM_DOF  # N*m, Coulomb
     armature: float = 0.05
+    # Physics steps between a new joint target being sent and the drive acting on it (controller + bus delay).
+    latency_steps: int = 0
     # Per-joint offset (m) added to the length of each joint-origin vector; calibration estimates these.
     link_length_offsets: tuple[float, ...] = (0.0,) * ARM_DOF
     # Pose of the hand's palm_link in the arm's flange frame (the adapter is not specified by either vendor).
@@ -65,9 +67,14 @@ class ArmCfg:
 
     def validate(self) -> None:
         prefix = f"arms.{self.name}"
-        for attr, n in (("home_q", ARM_DOF), ("kp", ARM_DOF), ("kd", ARM_DOF), ("link_length_offsets", ARM_DOF)):
+        for attr in ("home_q", "kp", "kd", "joint_damping", "joint_frictionloss", "link_length_offsets"):
             v = getattr(self, attr)
-            _require(len(v) == n, f"{prefix}.{attr}", v, f"{n} values")
+            _require(len(v) == ARM_DOF, f"{prefix}.{attr}", v, f"{ARM_DOF} values")
+        _require(all(d >= 0 for d in self.joint_damping), f"{prefix}.joint_damping", self.joint_damping, ">= 0")
+        _require(all(f >= 0 for f in self.joint_frictionloss), f"{prefix}.joint_frictionloss",
+                 self.joint_frictionloss, ">= 0")
+        _require(isinstance(self.latency_steps, int) and 0 <= self.latency_steps <= 20, f"{prefix}.latency_steps",
+                 self.latency_steps, "an integer number of physics steps in [0, 20]")
         _require(all(k > 0 for k in self.kp), f"{prefix}.kp", self.kp, "positive gains")
         _require(all(k >= 0 for k in self.kd), f"{prefix}.kd", self.kd, "non-negative gains")
         _require(
@@ -121,11 +128,17 @@ class BeltCfg:
     speed_gain: float = 4000.0  # velocity-actuator gain, N per (m/s): holds speed under object loads
     # Range reset() samples the commanded speed from under nominal conditions.
     speed_range: tuple[float, float] = (0.05, 0.20)
+    # The drive's true surface speed is speed_scale x the commanded speed, times (1 + speed_jitter * N(0, 1))
+    # redrawn every control step: a real belt's speed is neither exactly the set point nor constant.
+    speed_scale: float = 1.0
+    speed_jitter: float = 0.0
 
     def validate(self) -> None:
         lo, hi = self.speed_range
         _require(0.0 <= lo <= hi <= 1.0, "belt.speed_range", self.speed_range, "0 <= low <= high <= 1.0 m/s")
         _require(self.length >= 1.0, "belt.length", self.length, ">= 1.0 m (an episode must fit)")
+        _require(0.5 <= self.speed_scale <= 1.5, "belt.speed_scale", self.speed_scale, "a factor in [0.5, 1.5]")
+        _require(0.0 <= self.speed_jitter <= 0.2, "belt.speed_jitter", self.speed_jitter, "a value in [0, 0.2]")
         _require(0.1 <= self.width <= 1.0, "belt.width", self.width, "a width in [0.1, 1.0] m")
         _require(0.0 < self.slat_pitch <= 0.2, "belt.slat_pitch", self.slat_pitch, "a pitch in (0, 0.2] m")
 
@@ -332,6 +345,37 @@ def _default_lights() -> tuple[LightCfg, ...]:
     )
 
 
+@dataclass(frozen=True)
+class BoardCfg:
+    """A chessboard calibration target (a mocap body, placed where the calibration session holds it).
+
+    `squares` is (columns, rows) of squares; OpenCV finds the (columns - 1) x (rows - 1) inner corners. The board
+    frame has its origin at the centre of the printed face, x along columns, y along rows, z out of the face.
+    """
+
+    squares: tuple[int, int] = (9, 7)
+    square_size: float = 0.02
+
+    @property
+    def inner_corners(self) -> tuple[int, int]:
+        return (self.squares[0] - 1, self.squares[1] - 1)
+
+    def corner_points(self):
+        """Inner-corner coordinates in the board frame, row-major as OpenCV orders them: (N, 3) float."""
+        import numpy as np
+
+        nc, nr = self.inner_corners
+        i, j = np.meshgrid(np.arange(nc), np.arange(nr))
+        xy = np.stack([(i - (nc - 1) / 2) * self.square_size, (j - (nr - 1) / 2) * self.square_size], -1)
+        return np.concatenate([xy.reshape(-1, 2), np.zeros((nc * nr, 1))], 1)
+
+    def validate(self) -> None:
+        _require(all(isinstance(n, int) and n >= 3 for n in self.squares), "calibration_board.squares",
+                 self.squares, "two integers >= 3")
+        _require(0.005 <= self.square_size <= 0.1, "calibration_board.square_size", self.square_size,
+                 "a size in [0.005, 0.1] m")
+
+
 # --------------------------------------------------------------------------------------------------------------
 # The whole cell
 # --------------------------------------------------------------------------------------------------------------
@@ -376,6 +420,10 @@ class CellCfg:
     physics: PhysicsCfg = PhysicsCfg()
     floor_rgba: RGBA = (0.55, 0.55, 0.52, 1.0)
     shadows: bool = False
+    # Visual detail a real cell has and a clean model lacks: textured floor, static clutter around the cell.
+    floor_texture: bool = False
+    clutter: int = 0
+    calibration_board: BoardCfg | None = None
 
     def arm(self, name: str) -> ArmCfg:
         for a in self.arms:
@@ -414,6 +462,10 @@ class CellCfg:
             c.lens.validate(f"cameras.{c.name}.lens")
         for li in self.lights:
             li.validate(f"lights.{li.name}")
+        _require(isinstance(self.clutter, int) and 0 <= self.clutter <= 30, "clutter", self.clutter,
+                 "an integer number of clutter items in [0, 30]")
+        if self.calibration_board is not None:
+            self.calibration_board.validate()
         return self
 
     def replace(self, **changes: object) -> CellCfg:

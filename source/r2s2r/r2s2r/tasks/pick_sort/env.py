@@ -15,7 +15,8 @@ import gymnasium as gym
 import numpy as np
 
 from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
-from r2s2r.cell.spec import ObjectCfg
+from r2s2r.cell.spec import ConfigError, ObjectCfg
+from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
 from r2s2r.geometry import mat_to_quat, quat_to_mat
 from r2s2r.physics import make_physics
@@ -31,9 +32,15 @@ class PickSortEnv(gym.Env):
 
     def __init__(self, cfg: PickSortEnvCfg | None = None, **overrides):
         cfg = (cfg or PickSortEnvCfg()).replace(**overrides) if overrides else (cfg or PickSortEnvCfg())
+        if cfg.world is not None:
+            self.world = load_world(cfg.world, base=cfg.cell)
+            cfg = cfg.replace(cell=self.world.cell)
+        else:
+            self.world = None
         self.cfg = cfg.validate()
         cell = cfg.cell
         self.cell = cell
+        self.condition_name = cfg.condition
         self.condition = CONDITIONS[cfg.condition]
         self.model = build_model(cell)
         m = self.model
@@ -48,6 +55,10 @@ class PickSortEnv(gym.Env):
         self.max_steps = int(round(cfg.episode_seconds * cfg.control_hz))
 
         right = cell.arm("right")
+        self.latency = right.latency_steps
+        if self.latency >= self.substeps:
+            raise ConfigError(f"arms.right.latency_steps = {self.latency}: expected fewer than the {self.substeps} "
+                              f"physics steps of one control period")
         self.ik = ArmIK(m, "right", home_q=np.array(right.home_q))
         self.arm_act = np.array([m.actuator(n).id for n in arm_joint_names("right")])
         self.hand_act = np.array([m.actuator(n).id for n in hand_joint_names("right")])
@@ -85,13 +96,22 @@ class PickSortEnv(gym.Env):
                 ),
             }
         )
-        self._rng = np.random.default_rng()
+        self._rng = self._belt_rng = np.random.default_rng()
 
     # ----------------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._rng = np.random.default_rng(seed)
+        # The belt's speed jitter draws from its own stream, so rendering (which draws sensor noise) or not does not
+        # change the physics of a seeded episode.
+        self._belt_rng = np.random.default_rng(None if seed is None else (seed, 1))
         m, cell, cfg, rng = self.model, self.cell, self.cfg, self._rng
+        condition = (options or {}).get("condition", cfg.condition)
+        if condition not in CONDITIONS:
+            raise ConfigError(f"condition = {condition!r}: expected one of {', '.join(CONDITIONS)}")
+        self.condition_name = condition
+        self.condition = CONDITIONS[condition]
+        self.objects = cell.novel_objects if self.condition.novel_objects else cell.objects
         lo, hi = self.condition.belt_speed or cell.belt.speed_range
         self.belt_speed = float(rng.uniform(lo, hi))
         self.obj = self.objects[rng.integers(len(self.objects))]
@@ -113,9 +133,10 @@ class PickSortEnv(gym.Env):
         qpos[self.obj_qadr:self.obj_qadr + 3] = (x0, y0, z0)
         yaw = rng.uniform(-np.pi, np.pi) if self.obj.shape in ("box", "ellipsoid") else 0.0
         qpos[self.obj_qadr + 3:self.obj_qadr + 7] = (np.cos(yaw / 2), 0, 0, np.sin(yaw / 2))
-        qvel[self.obj_dadr] = self.belt_speed
-        qvel[self.belt_dof] = self.belt_speed
-        ctrl[self.belt_act] = self.belt_speed
+        true_speed = self.belt_speed * cell.belt.speed_scale
+        qvel[self.obj_dadr] = true_speed
+        qvel[self.belt_dof] = true_speed
+        ctrl[self.belt_act] = true_speed
         self.physics.reset(qpos, qvel, ctrl)
         self._ctrl = ctrl
         self.steps = 0
@@ -144,10 +165,16 @@ class PickSortEnv(gym.Env):
                                      iterations=self.cfg.ik_iterations)
         else:
             q_arm = action[:7]
+        belt = self.cell.belt
+        jitter = 1.0 + belt.speed_jitter * self._belt_rng.standard_normal() if belt.speed_jitter else 1.0
+        self._ctrl[self.belt_act] = self.belt_speed * belt.speed_scale * jitter
+        if self.latency:  # the previous targets stay in force until the new ones reach the drives
+            self.physics.set_ctrl(self._ctrl)
+            self.physics.step(self.latency)
         self._ctrl[self.arm_act] = q_arm
         self._ctrl[self.hand_act] = action[7:]
         self.physics.set_ctrl(self._ctrl)
-        self.physics.step(self.substeps)
+        self.physics.step(self.substeps - self.latency)
         self.steps += 1
         failure, success = self._evaluate()
         obs = self._observe()
@@ -229,7 +256,7 @@ class PickSortEnv(gym.Env):
             "object": self.obj.name,
             "colour": self.colour,
             "belt_speed": self.belt_speed,
-            "condition": self.cfg.condition,
+            "condition": self.condition_name,
             "time": self.steps / self.cfg.control_hz,
         }
 

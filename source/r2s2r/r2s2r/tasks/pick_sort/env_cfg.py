@@ -42,6 +42,8 @@ class PickSortEnvCfg:
     """The task. `cameras` are the image observations; empty means no rendering at all (fastest)."""
 
     cell: CellCfg = field(default_factory=CellCfg)
+    # A world file (registered name or path) whose parameters replace the cell's; None keeps `cell` as is.
+    world: str | None = None
     condition: str = "nominal"
     physics: str = "mujoco"
     renderer: str = "mujoco_gl"

@@ -1,0 +1,31 @@
+"""Surveyed fiducial points of the cell, in the local frames of the parts they are fixed to (design data).
+
+A tracker (laser tracker, or a touch probe on a calibrated arm) measures them in the world frame; rigid alignment
+of measured to design points gives the part's pose. Points are spread in three dimensions so the alignment is
+well conditioned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from r2s2r.cell.spec import BeltCfg
+
+
+def robot_base_points() -> np.ndarray:
+    """Six points on the arm's base casting (base frame): four around the mounting flange, two up the column."""
+    ring = [(0.09 * np.cos(a), 0.09 * np.sin(a), 0.01) for a in np.arange(4) * np.pi / 2 + np.pi / 4]
+    return np.array(ring + [(0.07, 0.0, 0.12), (0.0, -0.07, 0.18)])
+
+
+def conveyor_points(belt: BeltCfg) -> np.ndarray:
+    """Six points on the conveyor's rails (frame at the centre of the belt's top surface, x along travel)."""
+    hx, hy = belt.length / 2 - 0.05, belt.width / 2 + 0.01
+    return np.array([(sx * hx, sy * hy, 0.015) for sx in (-1, 1) for sy in (-1, 1)]
+                    + [(0.0, hy, 0.015), (0.0, -hy, -0.05)])
+
+
+# The stand the chessboard is clamped to for extrinsic calibration: board-centre position and roll-pitch-yaw in
+# the world frame, the printed face turned toward the head cameras. Surveyed once when the cell was installed.
+BOARD_FIXTURE_POS = (0.0, -0.36, 0.45)
+BOARD_FIXTURE_RPY = (0.53, 0.0, 0.0)
