@@ -11,8 +11,8 @@ import r2s2r.tasks as tasks
 def main() -> None:
     argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     width = max(len(t) for t in tasks.TASKS)
-    for task_id, description in tasks.TASKS.items():
-        print(f"{task_id:<{width}}  {description}")
+    for task_id, spec in tasks.TASKS.items():
+        print(f"{task_id:<{width}}  {spec.description}")
 
 
 if __name__ == "__main__":

@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import gymnasium as gym
 
 from r2s2r.cell.spec import ConfigError
 
-# Task ID -> one-line description (what scripts/list_tasks.py prints).
-TASKS: dict[str, str] = {
-    "R2S2R-PickSort-v0": "Conveyor pick-and-sort on the nominal cell: pick the object off the moving belt, "
-    "place it in the bin of its colour.",
+PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    description: str  # one line, what scripts/list_tasks.py prints
+    entry_point: str = PICK_SORT
+    kwargs: dict = field(default_factory=dict)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "R2S2R-PickSort-v0": TaskSpec(
+        "Conveyor pick-and-sort on the design (nominal) cell: pick the object off the moving belt, place it in the "
+        "bin of its colour."),
+    "R2S2R-PickSort-Real-v0": TaskSpec(
+        "The reality twin: the same task on the cell's true parameters (configs/world/reality.yaml, or "
+        "R2S2R_REALITY_FILE / reality=...), with its residual visual gap.",
+        entry_point="r2s2r.real.twin:make_twin_env"),
 }
 
-for _task_id in TASKS:
+for _task_id, _spec in TASKS.items():
     if _task_id not in gym.registry:
-        gym.register(id=_task_id, entry_point="r2s2r.tasks.pick_sort.env:PickSortEnv", disable_env_checker=True)
+        gym.register(id=_task_id, entry_point=_spec.entry_point, kwargs=_spec.kwargs, disable_env_checker=True)
 
 
 def make(task_id: str, **kwargs) -> gym.Env:

@@ -1,0 +1,123 @@
+"""Record one calibration session from a real cell (here: the reality twin) into one HDF5 file.
+
+Examples:
+  python scripts/record_calibration.py --output outputs/calibration/session.h5
+  python scripts/record_calibration.py --reality-file configs/world/reality_alt.yaml --output alt_session.h5
+
+What is recorded is what a calibration crew collects on hardware, and nothing else:
+  cameras/<cam>/views     chessboard images held at many poses (intrinsics, distortion, blur)
+  cameras/<cam>/fixture   the chessboard on its surveyed stand (head-camera extrinsics, exposure)
+  survey/<part>           tracker measurements of the fiducials on the robot base and the conveyor
+  kinematics/{q,flange}   encoder readings and tracker-measured flange positions at many arm configurations
+  actuators/{targets,log} a step-and-chirp excitation streamed to the right arm and the encoder log
+  belt/run_<k>            tracked object positions with the belt at several set points
+  masses/<object>         scale readings per object
+The file is written under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import numpy as np  # noqa: E402
+
+from r2s2r.cell.spec import ConfigError  # noqa: E402
+
+HEAD_CAMERAS = ("head_left", "head_right")
+BELT_SET_POINTS = (0.08, 0.14, 0.20)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--output", default="outputs/calibration/session.h5", help="session file to write")
+    p.add_argument("--reality-file", default=None, help="the twin's truth file (default: R2S2R_REALITY_FILE, "
+                   "else configs/world/reality.yaml)")
+    p.add_argument("--views", type=int, default=20, help="chessboard views per camera")
+    p.add_argument("--image-size", type=int, default=512, help="calibration image width and height (pixels)")
+    p.add_argument("--arm-poses", type=int, default=40, help="arm configurations measured for kinematics")
+    p.add_argument("--seed", type=int, default=0, help="seed of the board poses and arm configurations")
+    return p.parse_args(argv)
+
+
+def record(rig, output: Path, views: int, size: int, arm_poses: int, seed: int, progress=None) -> None:
+    """Run the whole session on `rig` (a `CalibrationRig`) and write it atomically to `output`."""
+    import h5py
+
+    from r2s2r.calibration.actuators import excitation_targets
+    from r2s2r.calibration.kinematics import kinematic_poses
+    from r2s2r.real.twin import CALIBRATION_BOARD
+
+    step = progress or (lambda what: None)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    partial = output.with_name(output.name + ".partial")
+    with h5py.File(partial, "w") as f:
+        f.attrs["board_squares"] = CALIBRATION_BOARD.squares
+        f.attrs["board_square_size"] = CALIBRATION_BOARD.square_size
+        f.attrs["physics_hz"] = rig.physics_hz
+        for k, cam in enumerate(c.name for c in rig.cell.cameras):
+            step(f"camera {cam}: {views} chessboard views")
+            group = f.create_group(f"cameras/{cam}")
+            group.attrs["seed"] = seed + k
+            group.create_dataset("views", data=np.stack(rig.board_views(cam, views, size, size, seed + k)),
+                                 compression="gzip", compression_opts=1)
+            if cam in HEAD_CAMERAS:
+                group.create_dataset("fixture", data=rig.board_on_fixture(cam, size, size))
+        step("survey of the robot base and conveyor fiducials")
+        for part, points in rig.survey().items():
+            f.create_dataset(f"survey/{part}", data=points)
+        step(f"kinematics: {arm_poses} arm configurations")
+        q, flange = rig.flange_positions(kinematic_poses(arm_poses, seed))
+        f.create_dataset("kinematics/q", data=q)
+        f.create_dataset("kinematics/flange", data=flange)
+        step("actuators: step and chirp response")
+        home = np.array(rig.cell.arm("right").home_q)
+        targets = excitation_targets(home, rig.physics_hz)
+        f.create_dataset("actuators/targets", data=targets)
+        f.create_dataset("actuators/log", data=rig.joint_response(targets))
+        step("belt: tracked objects at three set points")
+        for k, speed in enumerate(BELT_SET_POINTS):
+            times, positions = rig.track_object(speed, seconds=4.0)
+            run = f.create_group(f"belt/run_{k}")
+            run.attrs["commanded_speed"] = speed
+            run.create_dataset("times", data=times)
+            run.create_dataset("positions", data=positions)
+        step("masses: scale readings")
+        for obj in rig.cell.objects + rig.cell.novel_objects:
+            f.create_dataset(f"masses/{obj.name}", data=rig.weigh(obj.name, 5))
+    partial.replace(output)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tqdm import tqdm
+
+    from r2s2r.real.twin import TwinRig
+
+    if args.views < 6 or args.image_size < 128 or args.arm_poses < 10:
+        print("error: --views must be >= 6, --image-size >= 128 and --arm-poses >= 10", file=sys.stderr)
+        return 2
+    try:
+        rig = TwinRig(args.reality_file)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    stages = len(rig.cell.cameras) + 5
+    with tqdm(total=stages, desc="calibration session", unit="stage") as bar:
+        def progress(what: str) -> None:  # called as each stage starts
+            if bar.postfix:
+                bar.update(1)
+            bar.set_postfix_str(what)
+
+        record(rig, Path(args.output), args.views, args.image_size, args.arm_poses, args.seed, progress)
+        bar.update(1)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
