@@ -3,7 +3,8 @@
 Starting point is the hand-written ungrounded world (datasheet and tape measure). Each stage replaces that
 world's guesses with estimates from the session: cameras (intrinsics, distortion, blur, exposure, head extrinsics),
 registration of the robot base and conveyor, link-length offsets (given the registered base), actuator gains,
-damping, friction and latency (given base and kinematics), belt speed, object masses. The result is a world file
+damping, friction and latency (given base and kinematics), belt speed, object masses and, through the calibrated
+camera, object colours. The result is a world file
 of kind `grounded` whose `provenance` section records the session's hash and every estimator's residuals.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,7 +40,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     """Estimate every calibrated parameter from the session file. Returns the grounded cell and the residuals."""
     import h5py
 
-    from r2s2r.calibration import actuators, belt, camera, kinematics, registration
+    from r2s2r.calibration import actuators, appearance, belt, camera, kinematics, registration
     from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
     from r2s2r.real.twin import TwinRig
 
@@ -50,7 +52,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     except OSError as e:
         raise CalibrationError(f"{session_path}: cannot open the session file ({e})") from None
     with f:
-        for group in ("cameras", "survey", "kinematics", "actuators", "belt", "masses"):
+        for group in ("cameras", "survey", "kinematics", "actuators", "belt", "masses", "appearance"):
             if group not in f:
                 raise CalibrationError(f"{session_path}: missing group {group!r}; record it with "
                                        "scripts/record_calibration.py")
@@ -119,6 +121,12 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
             novel = _replace_item(novel, name, mass=float(mass))
         cell = cell.replace(objects=objects, novel_objects=novel)
         residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter}
+
+        # -- appearance, last: it renders through the calibrated camera ------------------------------------
+        step("object colours")
+        for cam_name, group in f["appearance"].items():
+            scenes = list(zip(group["images"][()], json.loads(group.attrs["tracking"])))
+            cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
     return cell.validate(), residuals
 
 

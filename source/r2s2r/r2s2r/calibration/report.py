@@ -47,6 +47,7 @@ AXES: tuple[Axis, ...] = (
     Axis("conveyor yaw", "rad", ("belt.yaw",)),
     Axis("belt speed", "%", ("belt.speed_scale",), relative=True),
     Axis("object masses", "%", (".mass",), relative=True),
+    Axis("object colours", "RGB (0..1)", ("colours.",)),
 )
 
 

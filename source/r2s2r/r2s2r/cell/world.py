@@ -56,6 +56,7 @@ CALIBRATED: tuple[str, ...] = (
     "belt.speed_scale",
     "objects.*.mass",
     "novel_objects.*.mass",
+    "colours.*",
 )
 
 
@@ -188,11 +189,13 @@ def calibrated_paths(cell: CellCfg) -> list[str]:
     """`CALIBRATED` with every `*` expanded to the cell's item names."""
     out = []
     for pattern in CALIBRATED:
-        head, star, tail = pattern.partition(".*.")
+        head, star, tail = pattern.partition(".*")
         if not star:
             out.append(pattern)
             continue
-        out.extend(f"{head}.{_item_key(x)}.{tail}" for x in getattr(cell, head))
+        items = getattr(cell, head)
+        names = list(items) if isinstance(items, dict) else [_item_key(x) for x in items]
+        out.extend(f"{head}.{name}{tail}" for name in names)
     return out
 
 
