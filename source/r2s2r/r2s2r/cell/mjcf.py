@@ -269,7 +269,7 @@ def build_spec(cell: CellCfg) -> mujoco.MjSpec:
     spec.compiler.degree = False
     spec.visual.global_.offwidth = 1280
     spec.visual.global_.offheight = 960
-    spec.visual.quality.shadowsize = 2048 if cell.shadows else 0
+    spec.visual.quality.shadowsize = 1024 if cell.shadows else 0
     spec.visual.headlight.ambient = [0.25, 0.25, 0.25]
     spec.visual.headlight.diffuse = [0.2, 0.2, 0.2]
     spec.visual.headlight.specular = [0.0, 0.0, 0.0]
@@ -291,7 +291,7 @@ def build_spec(cell: CellCfg) -> mujoco.MjSpec:
     for light in cell.lights:
         spec.worldbody.add_light(name=light.name, pos=light.pos, dir=light.direction,
                                  diffuse=[c * light.intensity for c in light.colour], specular=[0.1, 0.1, 0.1],
-                                 castshadow=cell.shadows,
+                                 castshadow=light.casts_shadow,
                                  type=mujoco.mjtLightType.mjLIGHT_DIRECTIONAL if light.directional
                                  else mujoco.mjtLightType.mjLIGHT_SPOT, cutoff=70.0)
     palms = {arm.name: _add_arm(spec, cell, arm) for arm in cell.arms}

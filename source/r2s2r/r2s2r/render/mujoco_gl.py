@@ -28,7 +28,7 @@ from r2s2r.physics.base import PhysicsBackend
 from r2s2r.render.base import RenderBackend
 
 MULTISAMPLES = 4
-SHADOW_MAP_SIZE = 2048
+SHADOW_MAP_SIZE = 1024
 # Near clipping distance (m). The model's (znear * extent, 15 mm in the cell) would clip the palm's back edge,
 # which the wrist cameras see from a few millimetres away and which a ray tracer (and a real camera) shows.
 # Reversed-Z float depth keeps sub-millimetre precision over the whole range even with a near plane this close.
@@ -99,8 +99,8 @@ class MujocoGLRenderer(RenderBackend):
                 else:  # only the camera moves, and the headlight that rides on it
                     mujoco.mjv_updateCamera(m, data, self._camera, scene)
                     mujoco.mjv_makeLights(m, data, scene)
-                for light in scene.lights[:scene.nlight]:
-                    light.castshadow = self.shadows and not light.headlight
+                for light in scene.lights[:scene.nlight]:  # the shadows option gates each light's own setting
+                    light.castshadow = self.shadows and not light.headlight and bool(m.light_castshadow[light.id])
                 # The lens sets the field of view; an empty frustum width takes the viewport's aspect ratio.
                 for gl_cam in scene.camera:
                     gl_cam.frustum_near = NEAR_CLIP

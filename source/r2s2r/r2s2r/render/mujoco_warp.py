@@ -46,7 +46,7 @@ class MujocoWarpRenderer(RenderBackend):
         self._render_model = copy.copy(model)  # see the module docstring: fovy (and shadows) live on this copy
         for name, cm in self.camera_models.items():
             self._render_model.cam_fovy[self.camera_ids[name]] = cm.render_fovy_deg
-        self._render_model.light_castshadow[:] = self.shadows
+        self._render_model.light_castshadow[:] = self.shadows & model.light_castshadow.astype(bool)
         # The context addresses the active cameras in model order; keep each one's slice of the output rows.
         self._order = sorted(self.cameras, key=self.camera_ids.__getitem__)
         self._slices = {}
@@ -80,7 +80,7 @@ class MujocoWarpRenderer(RenderBackend):
                     render_rgb=True, render_depth=True, render_seg=False, cam_active=active,
                     use_shadows=self.shadows, background_color=BACKGROUND,
                 )
-                self._castshadow = wp.array(np.ones((1, self.model.nlight), dtype=bool), dtype=bool)
+                self._castshadow = wp.array(self._render_model.light_castshadow[None].astype(bool), dtype=bool)
             self._rc_key = key
             self._upload = None
         return self._rc
