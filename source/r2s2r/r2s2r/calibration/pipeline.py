@@ -80,7 +80,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
                 pos, rpy = camera.estimate_extrinsics(fixture, board, intr, BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY)
                 pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
             else:
-                exposure = float(np.median([camera.estimate_exposure(a, b, board) for a, b in zip(views, reference)]))
+                exposure = _median_exposure(camera, views, reference, board, cam.name)
             lens = dataclasses.replace(cam.lens, fx=intr.fx, fy=intr.fy, cx=intr.cx, cy=intr.cy,
                                        distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
             cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))
@@ -128,6 +128,19 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
             scenes = list(zip(group["images"][()], json.loads(group.attrs["tracking"])))
             cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
     return cell.validate(), residuals
+
+
+def _median_exposure(camera, views, reference, board: BoardCfg, name: str) -> float:
+    """Exposure from view pairs (session, reference) taken with the same seed, over the pairs that show the board."""
+    ratios = []
+    for view, ref in zip(views, reference):
+        try:
+            ratios.append(camera.estimate_exposure(view, ref, board))
+        except CalibrationError:  # a finger hides part of the board in one of the two views: skip the pair
+            continue
+    if not ratios:
+        raise CalibrationError(f"camera {name}: exposure: no view pair shows the whole board in both images")
+    return float(np.median(ratios))
 
 
 def grounded_world_data(cell: CellCfg, start: World, session_path: Path, residuals: dict) -> dict:

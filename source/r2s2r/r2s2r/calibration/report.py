@@ -94,18 +94,31 @@ def divergence(run: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> 
     return {key: np.linalg.norm(run[key][:n] - reference[key][:n], axis=1) for key in ("ee", "object")}
 
 
-def image_difference(env, twin_env, states: np.ndarray, cameras: tuple[str, ...]) -> dict[str, float]:
-    """Mean absolute RGB difference (0..1) between the twin's images and `env`'s images of the same states."""
+def image_difference(env, twin_env, states: np.ndarray, cameras: tuple[str, ...],
+                     size: int) -> tuple[dict[str, float], np.ndarray]:
+    """Mean absolute RGB difference (0..1) per camera between the twin's images and `env`'s images of the same
+    states, and one example frame (twin above, world below) of the middle state."""
+    from r2s2r.render import make_renderer
+
+    renderers = [make_renderer("mujoco_gl", e.model, e.cell, cameras, size, size, shadows=e.cell.shadows)
+                 for e in (env, twin_env)]
     diffs: dict[str, list[float]] = {c: [] for c in cameras}
-    for state in states:
-        frames = []
-        for e in (env, twin_env):
-            d = e.physics.host_data(0)
-            nq = e.model.nq
-            e.physics.reset(state[:nq], state[nq:], d.ctrl.copy())
-            frames.append(e.renderer.render(e.physics, rng=np.random.default_rng(0)))
-        for c in cameras:
-            a = frames[0][c]["rgb"][0].astype(np.float32) / 255.0
-            b = frames[1][c]["rgb"][0].astype(np.float32) / 255.0
-            diffs[c].append(float(np.abs(a - b).mean()))
-    return {c: float(np.mean(v)) for c, v in diffs.items()}
+    example = None
+    try:
+        for k, state in enumerate(states):
+            frames = []
+            for e, renderer in zip((env, twin_env), renderers):
+                nq = e.model.nq
+                e.physics.reset(state[:nq], state[nq:], e.physics.host_data(0).ctrl.copy())
+                frames.append(renderer.render(e.physics, rng=np.random.default_rng(k)))
+            for c in cameras:
+                a = frames[0][c]["rgb"][0].astype(np.float32) / 255.0
+                b = frames[1][c]["rgb"][0].astype(np.float32) / 255.0
+                diffs[c].append(float(np.abs(a - b).mean()))
+            if k == len(states) // 2:
+                example = np.concatenate([np.concatenate([f[c]["rgb"][0] for c in cameras], axis=1)
+                                          for f in (frames[1], frames[0])], axis=0)
+    finally:
+        for renderer in renderers:
+            renderer.close()
+    return {c: float(np.mean(v)) for c, v in diffs.items()}, example
