@@ -7,6 +7,7 @@ Examples:
 What is recorded is what a calibration crew collects on hardware, and nothing else:
   cameras/<cam>/views     chessboard images held at many poses (intrinsics, distortion, blur)
   cameras/<cam>/fixture   the chessboard on its surveyed stand (head-camera extrinsics, exposure)
+  cameras/<cam>/exposure_views   single views under known seeds (wrist-camera exposure)
   survey/<part>           tracker measurements of the fiducials on the robot base and the conveyor
   kinematics/{q,flange}   encoder readings and tracker-measured flange positions at many arm configurations
   actuators/{targets,log} a step-and-chirp excitation streamed to the right arm and the encoder log
@@ -33,6 +34,11 @@ from r2s2r.cell.spec import ConfigError  # noqa: E402
 HEAD_CAMERAS = ("head_left", "head_right")
 BELT_SET_POINTS = (0.08, 0.14, 0.20)
 APPEARANCE_CAMERA = "head_left"
+EXPOSURE_VIEWS = 5
+
+
+def exposure_seed(seed: int, camera_index: int, view: int) -> int:
+    return 1000 * (seed + camera_index + 1) + view
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -40,7 +46,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--output", default="outputs/calibration/session.h5", help="session file to write")
     p.add_argument("--reality-file", default=None, help="the twin's truth file (default: R2S2R_REALITY_FILE, "
                    "else configs/world/reality.yaml)")
-    p.add_argument("--views", type=int, default=20, help="chessboard views per camera")
+    p.add_argument("--views", type=int, default=30, help="chessboard views per camera (30 keep the focal error "
+                   "under 1%% on every camera)")
     p.add_argument("--image-size", type=int, default=512, help="calibration image width and height (pixels)")
     p.add_argument("--arm-poses", type=int, default=150, help="arm configurations measured for kinematics "
                    "(offsets of links 1-2 and 3-4 are nearly parallel: 40 poses leave ~0.4 mm of noise, 150 ~0.2 mm)")
@@ -80,6 +87,11 @@ def _record_into(rig, partial: Path, views: int, size: int, arm_poses: int, seed
                                  compression="gzip", compression_opts=1)
             if cam in HEAD_CAMERAS:
                 group.create_dataset("fixture", data=rig.board_on_fixture(cam, size, size))
+            else:  # single views under known seeds: a reference render can show the board at the same pose
+                seeds = [exposure_seed(seed, k, i) for i in range(EXPOSURE_VIEWS)]
+                group.attrs["exposure_seeds"] = seeds
+                group.create_dataset("exposure_views", data=np.stack([rig.board_views(cam, 1, size, size, s)[0]
+                                                                      for s in seeds]))
         step("survey of the robot base and conveyor fiducials")
         for part, points in rig.survey().items():
             f.create_dataset(f"survey/{part}", data=points)

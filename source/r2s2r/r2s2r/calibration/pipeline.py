@@ -80,7 +80,10 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
                 pos, rpy = camera.estimate_extrinsics(fixture, board, intr, BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY)
                 pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
             else:
-                exposure = _median_exposure(camera, views, reference, board, cam.name)
+                group = f[f"cameras/{cam.name}"]
+                seeds = [int(x) for x in group.attrs["exposure_seeds"]]
+                reference_views = [reference_rig.board_views(cam.name, 1, size, size, s)[0] for s in seeds]
+                exposure = _median_exposure(camera, group["exposure_views"][()], reference_views, board, cam.name)
             lens = dataclasses.replace(cam.lens, fx=intr.fx, fy=intr.fy, cx=intr.cx, cy=intr.cy,
                                        distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
             cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))

@@ -31,7 +31,7 @@ class Axis:
 AXES: tuple[Axis, ...] = (
     Axis("focal length", "%", (".lens.fx", ".lens.fy"), relative=True),
     Axis("principal point", "image fraction", (".lens.cx", ".lens.cy")),
-    Axis("fisheye distortion", "coefficient", (".lens.distortion",)),
+    Axis("fisheye distortion", "rad of distorted angle", (".lens.distortion",)),
     Axis("blur", "px at 128 px", (".lens.blur_sigma",)),
     Axis("exposure", "%", (".lens.exposure",), relative=True),
     Axis("head camera position", "m", ("head_left.pose.pos", "head_right.pose.pos")),
@@ -62,11 +62,23 @@ def parameter_errors(world: CellCfg, truth: CellCfg) -> dict[str, float]:
             continue
         est = np.atleast_1d(np.asarray(get_path(world, dotted), dtype=float))
         true = np.atleast_1d(np.asarray(get_path(truth, dotted), dtype=float))
-        err = np.abs(est - true)
+        if axis.name == "fisheye distortion":
+            # The four coefficients trade off against each other; what matters is the mapping they define, so
+            # compare the distorted angle theta_d(theta) over the field of view rather than the coefficients.
+            err = np.abs(_distorted_angle(est) - _distorted_angle(true))
+        else:
+            err = np.abs(est - true)
         if axis.relative:
             err = 100.0 * err / np.maximum(np.abs(true), 1e-12)
         errors[axis.name].extend(err.tolist())
     return {name: float(np.mean(v)) for name, v in errors.items() if v}
+
+
+def _distorted_angle(k: np.ndarray, max_angle: float = 1.2) -> np.ndarray:
+    """Kannala-Brandt theta_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8) on a grid of angles."""
+    theta = np.linspace(0.0, max_angle, 25)
+    t2 = theta * theta
+    return theta * (1 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))))
 
 
 def axis_units() -> dict[str, str]:

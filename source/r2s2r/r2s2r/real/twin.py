@@ -32,6 +32,10 @@ OBJECT_TRACKER_NOISE = 0.0005  # m, per axis (camera-based object tracker)
 ENCODER_RESOLUTION = 2 * np.pi / 2**20  # rad (20-bit absolute encoders)
 SCALE_NOISE = 0.0005  # kg
 CALIBRATION_BOARD = BoardCfg()
+# Calibration images are drawn at twice their size and resampled through the lens: a real sensor integrates light
+# over each pixel, while a single-sample render magnified by a fisheye's centre shows staircase edges that bias
+# corner positions by half a pixel.
+CALIBRATION_SUPERSAMPLE = 2
 
 
 def reality_file(path: str | os.PathLike | None = None) -> Path:
@@ -111,22 +115,26 @@ class TwinRig(CalibrationRig):
         self.physics.reset(m.key_qpos[0], np.zeros(m.nv), m.key_ctrl[0])
         return self.physics.host_data(0)
 
+    def _renderer(self, camera: str, width: int, height: int):
+        return make_renderer("mujoco_gl", self.model, self.cell, [camera], width, height, shadows=self.cell.shadows,
+                             supersample=CALIBRATION_SUPERSAMPLE)
+
     def _render(self, camera: str, width: int, height: int, rng: np.random.Generator) -> np.ndarray:
-        with make_renderer("mujoco_gl", self.model, self.cell, [camera], width, height,
-                           shadows=self.cell.shadows) as renderer:
+        with self._renderer(camera, width, height) as renderer:
             return renderer.render(self.physics, rng=rng)[camera]["rgb"][0]
 
     # -- cameras ---------------------------------------------------------------------------------------------
     def board_views(self, camera: str, count: int, width: int, height: int, seed: int) -> list[np.ndarray]:
-        rng = np.random.default_rng(seed)
+        # Board poses and sensor noise draw from separate streams, so the same seed gives the same poses in any
+        # world with or without noise (a reference render then shows the board where the session saw it).
+        rng, noise_rng = np.random.default_rng(seed), np.random.default_rng((seed, 1))
         d = self._home()
         cam = self.model.camera(camera).id
         cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
         near = camera.endswith("_wrist")
         lens = next(c.lens for c in self.cell.cameras if c.name == camera)
         images = []
-        with make_renderer("mujoco_gl", self.model, self.cell, [camera], width, height,
-                           shadows=self.cell.shadows) as renderer:
+        with self._renderer(camera, width, height) as renderer:
             for _attempt in range(200 * count):
                 if len(images) == count:
                     break
@@ -142,7 +150,7 @@ class TwinRig(CalibrationRig):
                 d.mocap_quat[self.board_mocap] = mat_to_quat(rot)
                 mujoco.mj_forward(self.model, d)
                 if self._board_fully_visible(d, camera, lens):  # the operator watches the live image
-                    images.append(renderer.render(self.physics, rng=rng)[camera]["rgb"][0])
+                    images.append(renderer.render(self.physics, rng=noise_rng)[camera]["rgb"][0])
         self._home()
         if len(images) < count:
             raise RuntimeError(f"{camera}: found only {len(images)} of {count} board poses with the whole board in view")

@@ -15,7 +15,7 @@ RENDERERS = ("mujoco_gl", "mujoco_warp")
 
 def make_renderer(name: str, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
                   **kw: object) -> RenderBackend:
-    """Create a render backend by name; `kw` are the backend's options (shadows, multisample, and for
+    """Create a render backend by name; `kw` are the backend's options (shadows, multisample, supersample, and for
     MuJoCo Warp `device`)."""
     if name == "mujoco_gl":
         from r2s2r.render.mujoco_gl import MujocoGLRenderer

@@ -41,7 +41,7 @@ class RenderBackend(ABC):
     name: str
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
-                 shadows: bool = False, multisample: bool = False):
+                 shadows: bool = False, multisample: bool = False, supersample: int = 1):
         if isinstance(cameras, str):  # a bare name would otherwise be read as a sequence of letters
             cameras = (cameras,)
         cameras = tuple(cameras)
@@ -68,7 +68,10 @@ class RenderBackend(ABC):
                                   "from the same CellCfg")
             self.camera_ids[name] = cam_id
         lenses = {c.name: c.lens for c in cell.cameras}
-        self.camera_models = {name: CameraModel(lenses[name], self.width, self.height) for name in cameras}
+        # `supersample` draws each source image at that multiple of the output size (see CameraModel): what a real
+        # sensor integrates over a pixel, at a cost in render time.
+        self.camera_models = {name: CameraModel(lenses[name], self.width, self.height, supersample=supersample)
+                              for name in cameras}
         self._closed = False
 
     def render(self, physics: PhysicsBackend,

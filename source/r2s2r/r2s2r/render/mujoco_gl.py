@@ -39,8 +39,8 @@ class MujocoGLRenderer(RenderBackend):
     name = "mujoco_gl"
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
-                 shadows: bool = False, multisample: bool = False):
-        super().__init__(model, cell, cameras, width, height, shadows, multisample)
+                 shadows: bool = False, multisample: bool = False, supersample: int = 1):
+        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample)
         self._gl = None
         self._ctx = None
         sizes = {name: (cm.render_width, cm.render_height) for name, cm in self.camera_models.items()}

@@ -40,8 +40,9 @@ class MujocoWarpRenderer(RenderBackend):
     name = "mujoco_warp"
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
-                 shadows: bool = False, multisample: bool = False, device: str | None = None):
-        super().__init__(model, cell, cameras, width, height, shadows, multisample)
+                 shadows: bool = False, multisample: bool = False, device: str | None = None,
+                 supersample: int = 1):
+        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample)
         self._device_name = device
         self._render_model = copy.copy(model)  # see the module docstring: fovy (and shadows) live on this copy
         for name, cm in self.camera_models.items():

@@ -1,0 +1,769 @@
+"""Camera calibration from chessboard images: intrinsics, distortion, head extrinsics, blur and exposure.
+
+Corners. `cv2.findChessboardCornersSB` finds the board (a view where something hides part of it is dropped: the
+squares around every corner must alternate). The corners are then re-measured from the board's edges, which carry
+far more of the image than the neighbourhood of a corner: every inner grid line is an edge whose side colours
+alternate square by square. Intensity profiles are taken across each line between the corners, and each profile is
+fitted with the chessboard it crosses, blurred by a Gaussian of free width: the edge, the parallel edges one square
+away on either side (their leak into a blurred profile is unequal when perspective or a fisheye makes the two
+squares unequal, and would pull a lone-step estimate toward the narrower one) and, beyond an outer line's outer
+square, the white margin; clipped samples carry no weight. Each line is a straight line through its edge positions,
+or a quadratic where the edges are clearly curved (the image of a straight line through a fisheye; a quadratic
+follows it to ~0.01 px across a board), with an offset between the two edge polarities left out (dark squares that
+look larger or smaller than light ones: blooming, clipped highlights). Each corner is the intersection of its row and
+column lines. Averaging along whole lines suppresses what disturbs single corners: sensor noise, and the staircase of
+an image rendered without anti-aliasing. Corners are listed in OpenCV's row-major order, starting from the grid
+corner nearest the image's top-left, so two images of the board from similar viewpoints list the same physical
+corners in the same order.
+
+Intrinsics. `cv2.calibrateCamera` with every distortion term held at zero (the pinhole model has none), or
+`cv2.fisheye.calibrate` (Kannala-Brandt) with zero skew and k3 = k4 = 0: over the field a hand-held board covers,
+k3 and k4 trade off against k1, k2 and the focal length, and at corner noise of a few tenths of a pixel freeing them
+makes every parameter worse (our lenses' higher terms are below 0.002). Views whose reprojection error stands out
+from the rest are dropped one at a time and the fit repeated.
+
+Extrinsics. The board's pose in the camera (`cv2.solvePnP`, IPPE then Levenberg-Marquardt, on undistorted
+normalised points) composed with its surveyed world pose. A board with an odd number of squares each way looks the
+same turned half a turn or seen from behind, so of the four poses that fit, the one with the printed face toward
+the camera and the camera's up axis closest to world up is kept.
+
+Blur. The edge fits measure each edge's width; the images' median width is matched by blurring blur-free
+reference images of the same camera until their median width is the same, so the width that the renderer and lens
+give an unblurred image (resampling, a fisheye's magnification) is accounted for whatever its shape.
+
+Exposure. Image and reference are brought to the same blur (the sharper one blurred to the other's edge width),
+then the centres of the board's squares are compared square by square, leaving out squares clipped in either.
+
+Conventions are those of `r2s2r.render.camera_model`: pixel centres at integer coordinates (OpenCV), intrinsics
+normalised as in `LensCfg` (fx, cx by the image width; fy, cy by its height), camera poses in the world frame in
+MuJoCo's camera convention (the camera looks along its -z with +y up), roll-pitch-yaw with R = Rz @ Ry @ Rx. Blur is
+in pixels at `BLUR_REFERENCE_WIDTH` (128 px) image width, exposure a linear gain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from scipy.special import erf
+
+from r2s2r.calibration import CalibrationError
+from r2s2r.cell.spec import BoardCfg
+from r2s2r.geometry import rpy_to_mat
+from r2s2r.render.camera_model import BLUR_REFERENCE_WIDTH
+
+MODELS = ("pinhole", "fisheye")
+
+# Edge sampling, in units of the local square size: profiles reach this far either side of a line and keep this
+# far from the corners at each end of a segment, where the crossing edge meets the line.
+PROFILE_REACH = 0.6
+PROFILE_SAMPLES = 41
+PROFILE_SPACING_PX = 1.0  # between profiles along a line
+CORNER_CLEARANCE = 0.2
+RIM_CLEARANCE = 0.6  # from the board's rim, at the outer end of each line
+LINE_DEGREE = 2
+CURVATURE_F_TEST = 25.0  # F statistic above which a line is fitted curved (a fisheye image) rather than straight
+MAX_LINE_PASSES = 4  # passes over all lines; each line's profiles are fitted around its current position
+LINE_TOLERANCE_PX = 0.02  # stop once no line moves further than this at a corner
+MAX_GAUSS_NEWTON_STEPS = 12  # per profile fit; it stops once edges and widths settle
+SATURATED = 254.0  # profile samples at or above this (8-bit) are left out of the fits: the sensor clipped them
+# View rejection: a view is dropped when its RMS exceeds both this multiple of the median view RMS and the floor.
+VIEW_OUTLIER_FACTOR = 2.0
+VIEW_OUTLIER_FLOOR_PX = 0.1
+# A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
+PATTERN_CONTRAST = 0.35
+_CACHE_SIZE = 256  # board measurements kept, keyed by image content (estimators often see the same images twice)
+
+
+@dataclass(frozen=True)
+class IntrinsicsEstimate:
+    """Estimated intrinsics of one camera, normalised exactly as `LensCfg`.
+
+    `rms_px` is the RMS reprojection error (2-D distance) over the corners of the views used, in pixels at the
+    calibration resolution. `views_rejected` counts views where the board was not found plus views dropped as
+    outliers.
+    """
+
+    model: str
+    fx: float
+    fy: float
+    cx: float
+    cy: float
+    distortion: tuple[float, float, float, float]
+    rms_px: float
+    views_used: int
+    views_rejected: int
+    width: int
+    height: int
+
+    def camera_matrix(self) -> np.ndarray:
+        """3x3 camera matrix K in pixels at (`width`, `height`)."""
+        return np.array([[self.fx * self.width, 0.0, self.cx * self.width],
+                         [0.0, self.fy * self.height, self.cy * self.height], [0.0, 0.0, 1.0]])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Corners and edges
+# ----------------------------------------------------------------------------------------------------------------
+def find_corners(image: np.ndarray, board: BoardCfg) -> np.ndarray | None:
+    """Inner corners of `board` in `image`, or None when the whole board is not found.
+
+    Args:
+        image: (H, W, 3) RGB or (H, W) grey image, uint8 or float in [0, 255].
+        board: the chessboard.
+
+    Returns:
+        (N, 2) float64 pixel coordinates (u, v), N = columns x rows of inner corners, row-major (OpenCV order),
+        starting at the grid corner nearest the image's top-left.
+    """
+    found = _board_edges(image, board)
+    return None if found is None else found.corners.copy()
+
+
+@dataclass
+class _Line:
+    """One inner grid line as a curve b(a) in its chord frame, and the corner parameter tau -> a."""
+
+    origin: np.ndarray
+    ex: np.ndarray
+    ey: np.ndarray
+    curve: np.ndarray  # polynomial coefficients of b(a), lowest first
+    param: np.ndarray  # polynomial coefficients of a(tau); corners sit at tau = 0 .. count - 1
+    count: int  # corners on the line
+
+    def point(self, a: np.ndarray) -> np.ndarray:
+        b = np.polynomial.polynomial.polyval(a, self.curve)
+        return self.origin + np.multiply.outer(a, self.ex) + np.multiply.outer(b, self.ey)
+
+    def normal(self, a: np.ndarray) -> np.ndarray:
+        db = np.polynomial.polynomial.polyval(a, np.polynomial.polynomial.polyder(self.curve))
+        t = self.ex + np.multiply.outer(db, self.ey)
+        t /= np.linalg.norm(t, axis=-1, keepdims=True)
+        return np.stack([-t[..., 1], t[..., 0]], axis=-1)
+
+
+@dataclass
+class _Board:
+    """What one image shows of the board: corners, the fitted grid lines and the widths of its edges."""
+
+    corners: np.ndarray
+    rows: list[_Line]
+    cols: list[_Line]
+    widths: np.ndarray  # blur sigma (px) of every usable edge profile in the last pass
+
+
+_cache: OrderedDict[tuple, _Board | None] = OrderedDict()
+
+
+def _board_edges(image: np.ndarray, board: BoardCfg) -> _Board | None:
+    """Detect and measure the board in `image` (cached by the image's content)."""
+    img = np.ascontiguousarray(image)
+    key = (hashlib.blake2b(img.tobytes(), digest_size=16).digest(), img.shape, img.dtype.str, board.squares)
+    if key in _cache:
+        _cache.move_to_end(key)
+        return _cache[key]
+    gray = _gray(img)
+    grid = (board.inner_corners[1], board.inner_corners[0])
+    result = None
+    corners = _detect(gray, board.inner_corners)
+    if corners is not None:
+        corners = _canonical_order(corners, grid)
+        if _pattern_intact(gray, corners, grid):
+            result = _refine_on_edges(gray, corners, grid)
+    _cache[key] = result
+    while len(_cache) > _CACHE_SIZE:
+        _cache.popitem(last=False)
+    return result
+
+
+def _gray(image: np.ndarray) -> np.ndarray:
+    img = np.asarray(image)
+    if img.ndim == 3 and img.shape[2] == 3:
+        img = img.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    elif img.ndim != 2:
+        raise CalibrationError(f"image shape = {img.shape!r}: expected (H, W, 3) RGB or (H, W) grey")
+    return np.ascontiguousarray(img, dtype=np.float32)
+
+
+def _detect(gray: np.ndarray, pattern: tuple[int, int]) -> np.ndarray | None:
+    """The detector's corners, or None. Cheap settings first; blur and strong distortion need the others."""
+    g8 = np.clip(np.rint(gray), 0, 255).astype(np.uint8)
+    ok, c = cv2.findChessboardCornersSB(g8, pattern, flags=0)
+    if ok:
+        return c.reshape(-1, 2).astype(np.float64)
+    # Half resolution: squares that a magnified, blurred image spreads over many pixels look crisp again.
+    half = cv2.resize(g8, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    ok, c = cv2.findChessboardCornersSB(half, pattern, flags=cv2.CALIB_CB_EXHAUSTIVE)
+    if ok:
+        return c.reshape(-1, 2).astype(np.float64) * 2.0 + 0.5  # pixel centres: full = 2 * half + 0.5
+    ok, c = cv2.findChessboardCornersSB(g8, pattern, flags=cv2.CALIB_CB_EXHAUSTIVE | cv2.CALIB_CB_ACCURACY)
+    if ok:
+        return c.reshape(-1, 2).astype(np.float64)
+    return None
+
+
+def _pattern_intact(gray: np.ndarray, corners: np.ndarray, grid: tuple[int, int]) -> bool:
+    """Whether every corner has the chessboard around it: light and dark squares alternating, with contrast.
+
+    The detector completes a board whose squares are partly hidden (an arm or a hand in front of it) by
+    interpolation; the squares around a hidden corner then do not alternate, and the view is not used.
+    """
+    c = corners.reshape(*grid, 2)
+    # The outer squares' far corners, continued from the grid; only the squares' centres are sampled there.
+    c = np.concatenate([2 * c[:1] - c[1:2], c, 2 * c[-1:] - c[-2:-1]], axis=0)
+    c = np.concatenate([2 * c[:, :1] - c[:, 1:2], c, 2 * c[:, -1:] - c[:, -2:-1]], axis=1)
+    squares, _ = _cell_centres(gray, c.reshape(-1, 2), (grid[0] + 2, grid[1] + 2))
+    s = squares.reshape(grid[0] + 1, grid[1] + 1)
+    # Around each inner corner: diagonal pairs of squares share a colour; their difference is the contrast.
+    swing = (s[:-1, :-1] + s[1:, 1:] - s[:-1, 1:] - s[1:, :-1]) / 2
+    parity = (-1.0) ** np.add.outer(np.arange(grid[0]), np.arange(grid[1]))
+    signed = swing * parity * np.sign(np.median(swing * parity))
+    return bool(np.all(signed > PATTERN_CONTRAST * np.median(np.abs(swing))))
+
+
+def _canonical_order(corners: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
+    """Reorder the grid (a symmetric board has four valid orders) to start at its corner nearest the top-left."""
+    g = corners.reshape(*grid, 2)
+    candidates = (g, g[::-1, ::-1], g[:, ::-1], g[::-1, :])
+    return min(candidates, key=lambda c: c[0, 0].sum()).reshape(-1, 2).copy()
+
+
+def _square_size(c: np.ndarray) -> float:
+    return float(np.median(np.concatenate([np.linalg.norm(np.diff(c, axis=1), axis=-1).ravel(),
+                                           np.linalg.norm(np.diff(c, axis=0), axis=-1).ravel()])))
+
+
+def _line_through(points: np.ndarray) -> _Line:
+    origin = points[0]
+    chord = points[-1] - points[0]
+    ex = chord / np.linalg.norm(chord)
+    ey = np.array([-ex[1], ex[0]])
+    a, b = (points - origin) @ ex, (points - origin) @ ey
+    n = len(points)
+    poly = np.polynomial.polynomial
+    return _Line(origin, ex, ey, poly.polyfit(a, b, min(LINE_DEGREE, n - 1)),
+                 poly.polyfit(np.arange(n, dtype=np.float64), a, min(3, n - 1)), n)
+
+
+def _edge_profiles(gray: np.ndarray, line: _Line) -> tuple[np.ndarray, ...]:
+    """Intensity profiles across `line` along its edge segments (one square beyond the end corners included).
+
+    Returns sample points (M, 2), unit normals (M, 2), profile offsets (M, K) in px and profiles (M, K); samples
+    whose profile leaves the image are dropped.
+    """
+    poly = np.polynomial.polynomial
+    seg_a, seg_len = [], []
+    for k in range(-1, line.count):  # the outer squares continue the edge one square past the end corners
+        p0, p1 = line.point(poly.polyval(np.array([k, k + 1.0]), line.param))
+        length = float(np.linalg.norm(p1 - p0))
+        # Near a corner, blur mixes in the crossing squares; the corner's point symmetry makes that cancel between
+        # the segments on its two sides. The board's rim has no such partner, so the outer squares are sampled
+        # only on the half toward the corner.
+        t0 = k + (RIM_CLEARANCE if k == -1 else CORNER_CLEARANCE)
+        t1 = k + 1 - (RIM_CLEARANCE if k == line.count - 1 else CORNER_CLEARANCE)
+        n = max(3, int(round(length * (t1 - t0) / PROFILE_SPACING_PX)))
+        seg_a.append(poly.polyval(np.linspace(t0, t1, n), line.param))
+        seg_len.append(np.full(n, length))
+    a = np.concatenate(seg_a)
+    p, nrm = line.point(a), line.normal(a)
+    offs = (PROFILE_REACH * np.concatenate(seg_len))[:, None] * np.linspace(-1.0, 1.0, PROFILE_SAMPLES)[None]
+    xs = (p[:, 0:1] + offs * nrm[:, 0:1]).astype(np.float32)
+    ys = (p[:, 1:2] + offs * nrm[:, 1:2]).astype(np.float32)
+    h, w = gray.shape
+    inside = (xs.min(1) >= 0) & (ys.min(1) >= 0) & (xs.max(1) <= w - 1) & (ys.max(1) <= h - 1)
+    prof = cv2.remap(gray, xs, ys, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE).astype(np.float64)
+    return p[inside], nrm[inside], offs[inside], prof[inside]
+
+
+def _distance_along(p: np.ndarray, nrm: np.ndarray, other: _Line) -> np.ndarray:
+    """Signed distance s with p + s * nrm on the curve `other` (Newton's method from s = 0)."""
+    poly = np.polynomial.polynomial
+    d_curve = poly.polyder(other.curve)
+    s = np.zeros(len(p))
+    en, nn = nrm @ other.ex, nrm @ other.ey
+    for _ in range(4):
+        q = p + s[:, None] * nrm - other.origin
+        a = q @ other.ex
+        s -= (q @ other.ey - poly.polyval(a, other.curve)) / (nn - poly.polyval(a, d_curve) * en)
+    return s
+
+
+def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.ndarray, outer: np.ndarray,
+              sigma0: float) -> tuple[np.ndarray, ...]:
+    """Fit each profile with the blurred chessboard it crosses.
+
+    The profile crosses the line's edge and runs toward the parallel edges one square away on either side (at
+    `minus` < 0 and `plus` > 0 px from the line, from the neighbouring lines). The neighbours move with the edge:
+    the detector's corners are mostly off by a shift common to the grid, which one pass then removes, while the
+    spacing is updated from pass to pass (holding the neighbours still makes the passes overshoot). Blur along
+    the line mixes in the neighbouring columns' squares, whose colours are the inverse: that only scales and
+    offsets the profile, except beyond an outer line's outer square, where the margin is white in every column;
+    `outer` (per profile: -1 or +1, 0 across an inner line) names that side, and the margin gets a term of free
+    amplitude. Samples the sensor clipped carry no weight.
+
+    Returns, per profile: edge position (px along the profile), blur sigma (px), dark and light levels, whether
+    the fit is usable, and the step's sign (+1 where the profile rises from dark to light).
+    """
+    m = max(2, prof.shape[1] // 6)
+    lo, hi = prof[:, :m].mean(1), prof[:, -m:].mean(1)
+    sign = np.where(hi >= lo, 1.0, -1.0)
+    # The chessboard across the line, 1 beyond the minus edge on a rising profile: steps at the minus neighbour,
+    # the edge and the plus neighbour.
+    steps = np.stack([-sign, sign, -sign], axis=1)
+    base = (sign > 0).astype(np.float64)
+    weight = (prof < SATURATED).astype(np.float64)
+    dark, light = np.minimum(lo, hi), np.maximum(lo, hi)
+    margin_amp = np.zeros(len(prof))
+    edge = np.zeros(len(prof))
+    sigma = np.full(len(prof), sigma0)
+    half = offs[:, -1]
+    resid = np.zeros_like(prof)
+    below, above = (outer < 0)[:, None], (outer > 0)[:, None]
+    for _ in range(MAX_GAUSS_NEWTON_STEPS):
+        centres = np.stack([minus, np.zeros_like(edge), plus], axis=1) + edge[:, None]
+        u = (offs[:, None, :] - centres[:, :, None]) / sigma[:, None, None]
+        cdf = 0.5 * (1.0 + erf(u / np.sqrt(2.0)))
+        pdf = np.exp(-0.5 * u * u) / np.sqrt(2.0 * np.pi)
+        pattern = base[:, None] + (steps[:, :, None] * cdf).sum(axis=1)
+        scale = (light - dark)[:, None]
+        # The margin beyond an outer square: below the minus neighbour or above the plus one; nothing inside.
+        margin = np.where(below, 1.0 - cdf[:, 0], 0.0) + np.where(above, cdf[:, 2], 0.0)
+        d_margin = np.where(below, pdf[:, 0] * u[:, 0], 0.0) - np.where(above, pdf[:, 2] * u[:, 2], 0.0)
+        model = dark[:, None] + scale * pattern + margin_amp[:, None] * margin
+        d_margin_edge = np.where(below, pdf[:, 0], 0.0) - np.where(above, pdf[:, 2], 0.0)
+        d_edge = (-scale * (steps[:, :, None] * pdf).sum(axis=1) + margin_amp[:, None] * d_margin_edge) / sigma[:, None]
+        d_sigma = (-scale * (steps[:, :, None] * pdf * u).sum(axis=1) + margin_amp[:, None] * d_margin) / sigma[:, None]
+        resid = (prof - model) * weight
+        jac = np.stack([d_edge, d_sigma, 1.0 - pattern, pattern, margin], axis=2) * weight[:, :, None]
+        jt = jac.transpose(0, 2, 1)
+        # The small ridge keeps the margin's amplitude at zero across inner lines, where its column is empty.
+        step = np.linalg.solve(jt @ jac + 1e-6 * np.eye(5), jt @ resid[..., None])[..., 0]
+        edge = np.clip(edge + np.clip(step[:, 0], -1.0, 1.0), -0.6 * half, 0.6 * half)
+        sigma = np.clip(sigma + np.clip(step[:, 1], -0.5 * sigma, sigma), 0.3, half)
+        dark, light = dark + step[:, 2], light + step[:, 3]
+        margin_amp = margin_amp + step[:, 4]
+        if np.percentile(np.abs(step[:, 0]), 95) < 0.002 and np.percentile(np.abs(step[:, 1] / sigma), 95) < 0.002:
+            break
+    contrast = light - dark
+    rms = np.sqrt((resid ** 2).sum(1) / np.maximum(weight.sum(1), 1.0))
+    usable = (contrast > 0.3 * np.median(np.abs(contrast))) & (np.abs(edge) < 0.5 * half) & (sigma < 0.9 * half)
+    usable &= (rms < 0.15 * contrast) & (weight.mean(1) > 0.5)
+    return edge, sigma, dark, light, usable, sign
+
+
+def _fit_curve(line: _Line, pts: np.ndarray, polarity: np.ndarray) -> np.ndarray | None:
+    """Curve coefficients through edge points, with an offset between the two edge polarities left out.
+
+    The curve is a straight line unless the edges show a curvature well above their noise: a pinhole camera
+    images the board's lines straight, and a free curvature there only adds noise at the line's ends.
+    """
+    a, b = (pts - line.origin) @ line.ex, (pts - line.origin) @ line.ey
+    design = np.column_stack([a ** k for k in range(LINE_DEGREE + 1)] + [polarity])
+    keep = np.ones(len(a), bool)
+    coef = None
+    for _ in range(3):  # refit without samples far off the curve (a finger, a glint, a shadow edge)
+        if keep.sum() < 2 * design.shape[1]:
+            return None
+        coef, rss = _lstsq(design[keep], b[keep])
+        straight, rss_straight = _lstsq(np.delete(design[keep], 2, axis=1), b[keep])
+        dof = keep.sum() - design.shape[1]
+        if (rss_straight - rss) * dof < CURVATURE_F_TEST * rss:  # curvature not significant
+            coef = np.insert(straight, 2, 0.0)
+        res = np.abs(b - design @ coef)
+        keep = res < 3.5 * max(1.4826 * np.median(res[keep]), 0.05)
+    return coef[:LINE_DEGREE + 1]
+
+
+def _lstsq(design: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, float]:
+    coef = np.linalg.lstsq(design, values, rcond=None)[0]
+    return coef, float(np.sum((values - design @ coef) ** 2))
+
+
+def _fit_family(gray: np.ndarray, family: list[_Line], sigma0: float, move: bool = True) -> tuple | None:
+    """One pass over a family of parallel lines (all rows or all columns): the edges of every line fitted at once
+    and, if `move`, each line moved onto its edges. Returns (largest move in px, per-line edge widths) or None."""
+    parts = []
+    for j, line in enumerate(family):
+        p, nrm, offs, prof = _edge_profiles(gray, line)
+        if len(p) < 2 * (LINE_DEGREE + 2):
+            return None
+        # Distances to the neighbouring lines along each normal. An outer line has one neighbour; the outer
+        # square's far edge continues the spacing of the two nearest lines geometrically, as perspective does.
+        outer = 0
+        if 0 < j < len(family) - 1:
+            d = np.stack([_distance_along(p, nrm, family[j - 1]), _distance_along(p, nrm, family[j + 1])], axis=1)
+        else:
+            step = 1 if j == 0 else -1
+            d1 = _distance_along(p, nrm, family[j + step])
+            d2 = _distance_along(p, nrm, family[j + 2 * step]) - d1
+            d = np.stack([d1, -d1 * np.clip(d1 / d2, 0.5, 2.0)], axis=1)
+            outer = -1 if np.median(d1) > 0 else 1  # the side away from the only neighbour
+        parts.append((p, nrm, offs, prof, d.min(axis=1), d.max(axis=1), np.full(len(p), outer)))
+    joined = [np.concatenate([part[k] for part in parts]) for k in range(7)]
+    results = _edge_fit(*joined[2:], sigma0)
+    bounds = np.cumsum([0] + [len(part[0]) for part in parts])
+    fits, moved = [], 0.0
+    for line, part, lo, hi in zip(family, parts, bounds[:-1], bounds[1:]):
+        edge, sigma, dark, light, usable, sign = (r[lo:hi] for r in results)
+        if usable.mean() < 0.5:
+            return None
+        fits.append(sigma[usable])
+        if move:
+            p, nrm = part[0], part[1]
+            coef = _fit_curve(line, (p + edge[:, None] * nrm)[usable], sign[usable])
+            if coef is None:
+                return None
+            # How far the line moved where it matters, at its corners.
+            a = np.polynomial.polynomial.polyval(np.arange(line.count), line.param)
+            moved = max(moved, float(np.abs(np.polynomial.polynomial.polyval(a, coef - line.curve)).max()))
+            line.curve = coef
+    return moved, fits
+
+
+def _measure(gray: np.ndarray, rows: list[_Line], cols: list[_Line], sigma0: float, move: bool) -> tuple | None:
+    """One pass over all lines: (largest move in px, widths of all usable edge profiles) or None."""
+    moved, fits = 0.0, []
+    for family in (rows, cols):
+        got = _fit_family(gray, family, sigma0, move)
+        if got is None:
+            return None
+        moved, fits = max(moved, got[0]), fits + got[1]
+    return moved, np.concatenate(fits)
+
+
+def _refine_on_edges(gray: np.ndarray, corners: np.ndarray, grid: tuple[int, int]) -> _Board | None:
+    """Corners as intersections of row and column curves fitted to the edges, or None if a line fails."""
+    c = corners.reshape(*grid, 2)
+    rows = [_line_through(c[j]) for j in range(grid[0])]
+    cols = [_line_through(c[:, i]) for i in range(grid[1])]
+    square = _square_size(c)
+    sigma0 = 0.1 * square + 0.5
+    widths = np.zeros(0)
+    for _ in range(MAX_LINE_PASSES):
+        got = _measure(gray, rows, cols, sigma0, move=True)
+        if got is None:
+            return None
+        moved, widths = got
+        sigma0 = float(np.median(widths))
+        if moved < LINE_TOLERANCE_PX:
+            break
+    out = c.copy()
+    for j, row in enumerate(rows):
+        for i, col in enumerate(cols):
+            x = _intersect(row, col, c[j, i])
+            if x is not None:
+                out[j, i] = x
+    return _Board(out.reshape(-1, 2), rows, cols, widths)
+
+
+def _intersect(row: _Line, col: _Line, start: np.ndarray) -> np.ndarray | None:
+    """Newton's method on row(a1) = col(a2)."""
+    poly = np.polynomial.polynomial
+    a1, a2 = (start - row.origin) @ row.ex, (start - col.origin) @ col.ex
+    d1, d2 = poly.polyder(row.curve), poly.polyder(col.curve)
+    for _ in range(20):
+        f = row.point(np.array(a1)) - col.point(np.array(a2))
+        j = np.stack([row.ex + poly.polyval(a1, d1) * row.ey, -(col.ex + poly.polyval(a2, d2) * col.ey)], axis=1)
+        try:
+            step = np.linalg.solve(j, -f)
+        except np.linalg.LinAlgError:
+            return None
+        a1, a2 = a1 + step[0], a2 + step[1]
+        if np.abs(step).max() < 1e-6:
+            break
+    x = row.point(np.array(a1))
+    return x if np.all(np.isfinite(x)) else None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Intrinsics
+# ----------------------------------------------------------------------------------------------------------------
+def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6,
+                         camera: str | None = None) -> IntrinsicsEstimate:
+    """Intrinsics (and fisheye distortion) from chessboard images of one camera.
+
+    Args:
+        images: sequence of images (all the same shape) of the board at different poses.
+        board: the chessboard.
+        model: "pinhole" (no distortion) or "fisheye" (Kannala-Brandt, as OpenCV's fisheye module).
+        min_views: fewest usable views to accept.
+        camera: camera name, used only in error messages.
+
+    Returns:
+        The estimate, normalised as `LensCfg`.
+
+    Raises:
+        CalibrationError: unknown model, images of different shapes, or fewer than `min_views` usable views.
+    """
+    where = f"camera {camera!r}: " if camera else ""
+    if model not in MODELS:
+        raise CalibrationError(f"{where}model = {model!r}: expected one of {', '.join(MODELS)}")
+    images = list(images)
+    shape = _common_shape(images, where, "image")
+    if shape is None:
+        raise CalibrationError(f"{where}no images: expected at least {min_views} views of the board")
+    height, width = shape[:2]
+    found = [b.corners for b in (_board_edges(img, board) for img in images) if b is not None]
+    if len(found) < min_views:
+        raise CalibrationError(f"{where}the board was found in {len(found)} of {len(images)} images: expected at "
+                               f"least {min_views} usable views")
+    obj = board.corner_points()
+    views = list(range(len(found)))
+    while True:
+        k_mat, dist, view_rms = _calibrate(model, obj, [found[v] for v in views], width, height, where)
+        worst = int(np.argmax(view_rms))
+        limit = max(VIEW_OUTLIER_FACTOR * float(np.median(view_rms)), VIEW_OUTLIER_FLOOR_PX)
+        if view_rms[worst] <= limit or len(views) <= min_views:
+            break
+        del views[worst]  # one at a time: an outlier drags the fit, so the others' errors change once it is gone
+    rms = float(np.sqrt(np.mean(np.square(view_rms))))  # every view has the same number of corners
+    dist4 = tuple(float(d) for d in dist) if model == "fisheye" else (0.0, 0.0, 0.0, 0.0)
+    return IntrinsicsEstimate(model, float(k_mat[0, 0] / width), float(k_mat[1, 1] / height),
+                              float(k_mat[0, 2] / width), float(k_mat[1, 2] / height), dist4, rms, len(views),
+                              len(images) - len(views), int(width), int(height))
+
+
+def _common_shape(images: list, where: str, what: str) -> tuple[int, ...] | None:
+    """The shape all `images` share (None for no images); CalibrationError if they differ."""
+    if not images:
+        return None
+    shape = np.shape(images[0])
+    for k, img in enumerate(images):
+        if np.shape(img) != shape:
+            raise CalibrationError(f"{where}{what} {k} has shape {np.shape(img)!r}, {what} 0 {shape!r}: expected "
+                                   "every image at one resolution")
+    return shape
+
+
+def _calibrate(model: str, obj: np.ndarray, corners: list[np.ndarray], width: int, height: int,
+               where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(K, distortion (4,), per-view RMS reprojection error in px)."""
+    n = len(corners)
+    criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 200, 1e-12)
+    try:
+        if model == "pinhole":
+            flags = cv2.CALIB_FIX_K1 | cv2.CALIB_FIX_K2 | cv2.CALIB_FIX_K3 | cv2.CALIB_ZERO_TANGENT_DIST
+            _, k_mat, _, rvecs, tvecs = cv2.calibrateCamera(
+                [obj.astype(np.float32)] * n, [c.astype(np.float32) for c in corners], (width, height), None,
+                np.zeros(5), flags=flags, criteria=criteria)
+            dist = np.zeros(4)
+            proj = [cv2.projectPoints(obj, r, t, k_mat, np.zeros(5))[0] for r, t in zip(rvecs, tvecs)]
+        else:
+            # OpenCV 5's fisheye module takes (1, N, 3) / (1, N, 2) float64 arrays per view.
+            flags = cv2.CALIB_RECOMPUTE_EXTRINSIC | cv2.CALIB_FIX_SKEW | cv2.CALIB_FIX_K3 | cv2.CALIB_FIX_K4
+            _, k_mat, dist, rvecs, tvecs = cv2.fisheye.calibrate(
+                [obj.reshape(1, -1, 3)] * n, [c.reshape(1, -1, 2) for c in corners], (width, height), np.eye(3),
+                np.zeros((4, 1)), flags=flags, criteria=criteria)
+            dist = np.asarray(dist, dtype=np.float64).ravel()
+            proj = [cv2.fisheye.projectPoints(obj.reshape(1, -1, 3), r, t, k_mat, dist)[0]
+                    for r, t in zip(rvecs, tvecs)]
+    except cv2.error as e:
+        raise CalibrationError(f"{where}the {model} calibration failed on {n} views "
+                               f"({str(e).strip().splitlines()[-1]})") from None
+    view_rms = np.array([np.sqrt(np.mean(np.sum((p.reshape(-1, 2) - c) ** 2, axis=1)))
+                         for p, c in zip(proj, corners)])
+    return k_mat, dist, view_rms
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Extrinsics
+# ----------------------------------------------------------------------------------------------------------------
+def estimate_extrinsics(image: np.ndarray, board: BoardCfg, intrinsics: IntrinsicsEstimate, board_pos,
+                        board_rpy, camera: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """World pose of a camera from one image of the board at a surveyed pose.
+
+    Args:
+        image: the camera's image of the board, at the intrinsics' resolution.
+        board: the chessboard.
+        intrinsics: the camera's calibrated intrinsics.
+        board_pos: board-centre position in the world frame (3,).
+        board_rpy: board roll-pitch-yaw in the world frame (3,).
+        camera: camera name, used only in error messages.
+
+    Returns:
+        Camera position (3,) and roll-pitch-yaw (3,) in the world frame, MuJoCo camera convention.
+
+    Raises:
+        CalibrationError: image shape not the intrinsics' resolution, or the board not found.
+    """
+    where = f"camera {camera!r}: " if camera else ""
+    expected = (intrinsics.height, intrinsics.width)
+    if np.shape(image)[:2] != expected:
+        raise CalibrationError(f"{where}image shape {np.shape(image)!r}: expected {expected} (height, width), the "
+                               "resolution the intrinsics were calibrated at")
+    found = _board_edges(image, board)
+    if found is None:
+        raise CalibrationError(f"{where}the board was not found in the fixture image: expected all "
+                               f"{board.inner_corners[0]} x {board.inner_corners[1]} inner corners in view")
+    obj = board.corner_points()
+    normalised = _normalise(found.corners, intrinsics)
+    ok, rvecs, tvecs, _ = cv2.solvePnPGeneric(obj, normalised, np.eye(3), np.zeros(5), flags=cv2.SOLVEPNP_IPPE)
+    if not ok:
+        raise CalibrationError(f"{where}no board pose fits the fixture image's corners")
+    best = min(zip(rvecs, tvecs), key=lambda rt: _pnp_error(obj, normalised, *rt))
+    rvec, tvec = cv2.solvePnPRefineLM(obj, normalised, np.eye(3), np.zeros(5), best[0].copy(), best[1].copy())
+    r_cam_board = cv2.Rodrigues(rvec)[0]
+    t_cam_board = tvec.ravel()
+    r_world_board = rpy_to_mat(board_rpy)
+    flip = np.diag([1.0, -1.0, -1.0])  # OpenCV camera axes -> MuJoCo camera axes
+    candidates = []
+    # The board's symmetries: the corners map onto themselves turned half a turn about the board's z, x or y.
+    for sym in (np.eye(3), np.diag([-1.0, -1.0, 1.0]), np.diag([1.0, -1.0, -1.0]), np.diag([-1.0, 1.0, -1.0])):
+        r_cb = r_cam_board @ sym
+        if r_cb[:, 2] @ t_cam_board >= 0:  # printed face (board +z) must point toward the camera
+            continue
+        r_wc = r_world_board @ r_cb.T  # world <- OpenCV camera
+        pos = np.asarray(board_pos, dtype=np.float64) - r_wc @ t_cam_board
+        candidates.append((r_wc @ flip, pos))
+    r_world_cam, pos = max(candidates, key=lambda c: c[0][2, 1])  # camera +y (image up) closest to world up
+    return pos, _mat_to_rpy(r_world_cam)
+
+
+def _normalise(corners: np.ndarray, intr: IntrinsicsEstimate) -> np.ndarray:
+    """Undistorted normalised image coordinates (x / z, y / z) of pixel points."""
+    k_mat = intr.camera_matrix()
+    if intr.model == "fisheye":
+        pts = cv2.fisheye.undistortPoints(corners.reshape(1, -1, 2), k_mat, np.asarray(intr.distortion))
+        return pts.reshape(-1, 2)
+    return (corners - k_mat[:2, 2]) / np.array([k_mat[0, 0], k_mat[1, 1]])
+
+
+def _pnp_error(obj: np.ndarray, pts: np.ndarray, rvec: np.ndarray, tvec: np.ndarray) -> float:
+    proj = cv2.projectPoints(obj, rvec, tvec, np.eye(3), np.zeros(5))[0].reshape(-1, 2)
+    return float(np.sum((proj - pts) ** 2))
+
+
+def _mat_to_rpy(r: np.ndarray) -> np.ndarray:
+    """Roll-pitch-yaw of R = Rz(yaw) @ Ry(pitch) @ Rx(roll)."""
+    pitch = np.arcsin(np.clip(-r[2, 0], -1.0, 1.0))
+    return np.array([np.arctan2(r[2, 1], r[2, 2]), pitch, np.arctan2(r[1, 0], r[0, 0])])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Blur and exposure
+# ----------------------------------------------------------------------------------------------------------------
+def estimate_blur(images, board: BoardCfg, reference_images, camera: str | None = None) -> float:
+    """Gaussian blur of a camera's images, in pixels at `BLUR_REFERENCE_WIDTH` image width.
+
+    Args:
+        images: the camera's board images (any poses).
+        board: the chessboard.
+        reference_images: board images of the same camera at the same resolution, rendered without blur (poses
+            like the images', e.g. from the same seed), so that the edge width the renderer and lens give a
+            blur-free image is accounted for.
+        camera: camera name, used only in error messages.
+
+    Returns:
+        blur_sigma as `LensCfg` takes it (0 when the images are no wider-edged than the references).
+
+    Raises:
+        CalibrationError: images of different shapes, or the board found in none of the images or references.
+    """
+    where = f"camera {camera!r}: " if camera else ""
+    images, references = list(images), list(reference_images)
+    shape = _common_shape(images + references, where, "image (images, then references)")
+    if shape is None or not images or not references:
+        raise CalibrationError(f"{where}blur needs images and reference images; got {len(images)} and "
+                               f"{len(references)}")
+    measured = [b for b in (_board_edges(img, board) for img in images) if b is not None]
+    refs = [(img, b) for img, b in ((img, _board_edges(img, board)) for img in references) if b is not None]
+    if not measured or not refs:
+        raise CalibrationError(f"{where}the board was found in {len(measured)} of {len(images)} images and "
+                               f"{len(refs)} of {len(references)} references: expected at least one of each")
+    target = float(np.median(np.concatenate([b.widths for b in measured])))
+    grays = [(_gray(img), b) for img, b in refs]
+
+    def ref_width(beta: float) -> float:
+        """Median edge width of the references blurred by `beta` px, measured on their fitted lines."""
+        widths = []
+        for gray, b in grays:
+            blurred = cv2.GaussianBlur(gray, (0, 0), beta, borderType=cv2.BORDER_REFLECT) if beta > 0.05 else gray
+            got = _measure(blurred, b.rows, b.cols, float(np.median(b.widths)) + beta, move=False)
+            if got is not None:
+                widths.append(got[1])
+        if not widths:
+            raise CalibrationError(f"{where}the reference edges could not be measured after blurring")
+        return float(np.median(np.concatenate(widths)))
+
+    base = float(np.median(np.concatenate([b.widths for _, b in refs])))
+    if target <= base:
+        return 0.0
+    # Edge widths add roughly in quadrature; a few corrections of that guess make them match exactly.
+    beta = np.sqrt(target ** 2 - base ** 2)
+    for _ in range(3):
+        width = ref_width(beta)
+        gain = (width ** 2 - base ** 2) / beta ** 2
+        if gain <= 0:
+            break
+        beta = float(np.sqrt(max(target ** 2 - base ** 2, 0.0) / gain))
+    return float(beta * BLUR_REFERENCE_WIDTH / shape[1])
+
+
+def estimate_exposure(image: np.ndarray, reference_image: np.ndarray, board: BoardCfg,
+                      camera: str | None = None) -> float:
+    """Exposure gain of `image` relative to `reference_image` (rendered with exposure 1), from the board.
+
+    Both images are brought to the same blur (the sharper one is blurred to the other's edge width, measured on
+    the board's edges), then the centres of the board's squares are compared square by square (found by corner
+    detection, in the same order in both): the gain is the least-squares ratio over the squares that are clipped
+    in neither image. Blur matters because it moves light across the squares' edges; comparing the same squares
+    keeps the board's uneven lighting and the clipped squares out of the ratio.
+
+    Args:
+        image: the camera's image of the board.
+        reference_image: an image of the board in the same place, same camera and resolution, exposure 1.
+        board: the chessboard.
+        camera: camera name, used only in error messages.
+
+    Returns:
+        The gain (`LensCfg.exposure` relative to the reference's).
+
+    Raises:
+        CalibrationError: shapes differ, the board is not found in either image, or every square is clipped.
+    """
+    where = f"camera {camera!r}: " if camera else ""
+    _common_shape([image, reference_image], where, "image (image, then reference)")
+    found = []
+    for what, img in (("image", image), ("reference image", reference_image)):
+        b = _board_edges(img, board)
+        if b is None:
+            raise CalibrationError(f"{where}the board was not found in the {what}: expected all "
+                                   f"{board.inner_corners[0]} x {board.inner_corners[1]} inner corners in view")
+        found.append((_gray(img), b))
+    widths = [float(np.median(b.widths)) for _, b in found]
+    sharper = int(np.argmin(widths))
+    extra = np.sqrt(max(widths[1 - sharper] ** 2 - widths[sharper] ** 2, 0.0))
+    cells = []
+    for k, (gray, b) in enumerate(found):
+        values, clipped = _cell_centres(gray, b.corners, (board.inner_corners[1], board.inner_corners[0]))
+        if k == sharper and extra > 0.05:
+            values, _ = _cell_centres(cv2.GaussianBlur(gray, (0, 0), extra, borderType=cv2.BORDER_REFLECT),
+                                      b.corners, (board.inner_corners[1], board.inner_corners[0]))
+        cells.append((values, clipped))
+    (measured, clip_m), (reference, clip_r) = cells
+    keep = ~(clip_m | clip_r)
+    if not keep.any():
+        raise CalibrationError(f"{where}every square of the board is clipped in the image or the reference: "
+                               "expected some below the sensor's ceiling")
+    x, y = reference[keep], measured[keep]
+    return float(x @ y / (x @ x))
+
+
+def _cell_centres(gray: np.ndarray, corners: np.ndarray, grid: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean intensity over the central part of every square between inner corners, and whether it is clipped.
+
+    Samples are placed by bilinear interpolation of each square's four corners, over the middle 40% of it.
+    """
+    c = corners.reshape(*grid, 2)
+    s = np.linspace(0.3, 0.7, 5)
+    u, v = np.meshgrid(s, s)
+    w00, w01, w10, w11 = ((1 - u) * (1 - v)).ravel(), (u * (1 - v)).ravel(), ((1 - u) * v).ravel(), (u * v).ravel()
+    pts = (c[:-1, :-1, None] * w00[:, None] + c[:-1, 1:, None] * w01[:, None] + c[1:, :-1, None] * w10[:, None]
+           + c[1:, 1:, None] * w11[:, None]).reshape(-1, len(w00), 2).astype(np.float32)
+    samples = cv2.remap(gray, pts[..., 0], pts[..., 1], cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    # Noise lifts a few samples of a square just below the ceiling to it; a square counts as clipped when more
+    # than a tenth of it is there, which a mean below it by two noise deviations never reaches.
+    return samples.mean(axis=1).astype(np.float64), (samples >= SATURATED).mean(axis=1) > 0.1
