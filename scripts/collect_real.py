@@ -148,7 +148,7 @@ def _env_args(args: argparse.Namespace, reality: Path) -> dict:
 
 def collect(args: argparse.Namespace) -> int:
     from r2s2r.real.teleop import HumanTeleop
-    from r2s2r.real.twin import TwinCell, reality_file
+    from r2s2r.real.twin import TwinCell
 
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
@@ -157,8 +157,8 @@ def collect(args: argparse.Namespace) -> int:
             if len(reader) >= args.num_demos:
                 print(f"{output} already holds {len(reader)} demos (asked for {args.num_demos}); nothing to do")
                 return 0
-    reality = reality_file(args.reality_file)
-    cell = TwinCell(reality, cameras=tuple(args.cameras), image_size=(args.image_size, args.image_size))
+    cell = TwinCell(args.reality_file, cameras=tuple(args.cameras), image_size=(args.image_size, args.image_size))
+    reality = cell.env.world.path  # which twin recorded the demos (its file name goes into env_args)
     teleop = HumanTeleop(control_hz=cell.control_hz)
     env_args = _env_args(args, reality)
     env_args["control_hz"] = float(cell.control_hz)
