@@ -15,6 +15,12 @@ def rpy_to_mat(rpy) -> np.ndarray:
     return rz @ ry @ rx
 
 
+def mat_to_rpy(m: np.ndarray) -> np.ndarray:
+    """Roll-pitch-yaw of a rotation matrix (the inverse of `rpy_to_mat`)."""
+    pitch = np.arcsin(np.clip(-m[2, 0], -1.0, 1.0))
+    return np.array([np.arctan2(m[2, 1], m[2, 2]), pitch, np.arctan2(m[1, 0], m[0, 0])])
+
+
 def mat_to_quat(m: np.ndarray) -> np.ndarray:
     """Rotation matrix to a unit quaternion with w >= 0."""
     m = np.asarray(m, dtype=float)

@@ -52,7 +52,7 @@ from scipy.special import erf
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.cell.spec import BoardCfg
-from r2s2r.geometry import rpy_to_mat
+from r2s2r.geometry import mat_to_rpy, rpy_to_mat
 from r2s2r.render.camera_model import BLUR_REFERENCE_WIDTH
 
 MODELS = ("pinhole", "fisheye")
@@ -619,7 +619,7 @@ def estimate_extrinsics(image: np.ndarray, board: BoardCfg, intrinsics: Intrinsi
         pos = np.asarray(board_pos, dtype=np.float64) - r_wc @ t_cam_board
         candidates.append((r_wc @ flip, pos))
     r_world_cam, pos = max(candidates, key=lambda c: c[0][2, 1])  # camera +y (image up) closest to world up
-    return pos, _mat_to_rpy(r_world_cam)
+    return pos, mat_to_rpy(r_world_cam)
 
 
 def _normalise(corners: np.ndarray, intr: IntrinsicsEstimate) -> np.ndarray:
@@ -634,12 +634,6 @@ def _normalise(corners: np.ndarray, intr: IntrinsicsEstimate) -> np.ndarray:
 def _pnp_error(obj: np.ndarray, pts: np.ndarray, rvec: np.ndarray, tvec: np.ndarray) -> float:
     proj = cv2.projectPoints(obj, rvec, tvec, np.eye(3), np.zeros(5))[0].reshape(-1, 2)
     return float(np.sum((proj - pts) ** 2))
-
-
-def _mat_to_rpy(r: np.ndarray) -> np.ndarray:
-    """Roll-pitch-yaw of R = Rz(yaw) @ Ry(pitch) @ Rx(roll)."""
-    pitch = np.arcsin(np.clip(-r[2, 0], -1.0, 1.0))
-    return np.array([np.arctan2(r[2, 1], r[2, 2]), pitch, np.arctan2(r[1, 0], r[0, 0])])
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import numpy as np
 from r2s2r.calibration import CalibrationError
 from r2s2r.cell.fiducials import conveyor_points, robot_base_points
 from r2s2r.cell.spec import BeltCfg
+from r2s2r.geometry import mat_to_rpy
 
 # Points closer than this (m, RMS distance from their best-fit line) cannot fix a rotation about that line.
 _MIN_SPREAD = 1e-3
@@ -69,12 +70,6 @@ def rigid_align(local: np.ndarray, measured: np.ndarray) -> tuple[np.ndarray, np
     t = cm - r @ cl
     rms = float(np.sqrt(np.mean(np.sum((local @ r.T + t - measured) ** 2, axis=1))))
     return r, t, rms
-
-
-def mat_to_rpy(r: np.ndarray) -> np.ndarray:
-    """Roll-pitch-yaw of a rotation matrix in the URDF convention R = Rz(yaw) @ Ry(pitch) @ Rx(roll)."""
-    pitch = math.asin(max(-1.0, min(1.0, -r[2, 0])))
-    return np.array([math.atan2(r[2, 1], r[2, 2]), pitch, math.atan2(r[1, 0], r[0, 0])])
 
 
 def register_base(measured: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:

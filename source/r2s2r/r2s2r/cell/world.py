@@ -222,16 +222,3 @@ def check_calibrated_present(cell: CellCfg, section: dict) -> None:
 
 def world_to_yaml(world_data: dict) -> str:
     return yaml.safe_dump(world_data, sort_keys=False, default_flow_style=None, width=120)
-
-
-def overrides_for(cell: CellCfg, paths: list[str]) -> dict:
-    """The nested `cell` section stating `paths` with `cell`'s values (what a world-file writer emits)."""
-    out: dict = {}
-    for dotted in paths:
-        value = get_path(cell, dotted)
-        node = out
-        parts = dotted.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = list(value) if isinstance(value, tuple) else value
-    return out

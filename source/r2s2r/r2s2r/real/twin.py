@@ -199,26 +199,26 @@ class TwinRig(CalibrationRig):
     def scene_images(self, camera: str, count: int, width: int, height: int,
                      seed: int) -> list[tuple[np.ndarray, dict]]:
         rng = np.random.default_rng(seed)
-        m, cell = self.model, self.cell
+        m, cell, belt = self.model, self.cell, self.cell.belt
         colours = sorted(cell.colours)
         out = []
-        for i in range(count):
-            d = self._home()
-            obj = cell.objects[i % len(cell.objects)]
-            colour = colours[i % len(colours)]
-            geom = m.geom(object_body_name(obj)).id
-            m.geom_rgba[geom] = cell.colours[colour]
-            adr = m.joint(object_body_name(obj)).qposadr[0]
-            belt = cell.belt
-            pos = np.array(belt.center) + rpy_to_mat((0, 0, belt.yaw)) @ np.array(
-                [rng.uniform(0.0, 0.3), rng.uniform(-0.05, 0.05), obj.half_height + 0.001])
-            d.qpos[adr:adr + 3] = pos
-            mujoco.mj_forward(m, d)
-            image = self._render(camera, width, height, rng)
-            tracked = pos + rng.normal(0, OBJECT_TRACKER_NOISE, 3)
-            out.append((image, {"object": obj.name, "colour": colour, "object_pos": tracked,
-                                "object_quat": d.qpos[adr + 3:adr + 7].copy()}))
-            m.geom_rgba[geom] = (0.8, 0.8, 0.8, 1.0)
+        with self._renderer(camera, width, height) as renderer:
+            for i in range(count):
+                d = self._home()
+                obj = cell.objects[i % len(cell.objects)]
+                colour = colours[i % len(colours)]
+                geom = m.geom(object_body_name(obj)).id
+                m.geom_rgba[geom] = cell.colours[colour]
+                adr = m.joint(object_body_name(obj)).qposadr[0]
+                pos = np.array(belt.center) + rpy_to_mat((0, 0, belt.yaw)) @ np.array(
+                    [rng.uniform(0.0, 0.3), rng.uniform(-0.05, 0.05), obj.half_height + 0.001])
+                d.qpos[adr:adr + 3] = pos
+                mujoco.mj_forward(m, d)
+                image = renderer.render(self.physics, rng=rng)[camera]["rgb"][0]
+                tracked = pos + rng.normal(0, OBJECT_TRACKER_NOISE, 3)
+                out.append((image, {"object": obj.name, "colour": colour, "object_pos": tracked,
+                                    "object_quat": d.qpos[adr + 3:adr + 7].copy()}))
+                m.geom_rgba[geom] = (0.8, 0.8, 0.8, 1.0)
         self._home()
         return out
 
