@@ -13,8 +13,8 @@ What each kept demo holds (layout of r2s2r.data.hdf5, which Isaac Lab's HDF5Data
   actions (T, 27); obs/<camera> uint8 (T, S, S, 3) and obs/{arm_q, arm_dq, hand_q, ee_pose}; states (T, nq+nv) and
   initial_state: the twin's simulator state (a hardware cell has none); obs/datagen_info/{eef_pose,
   target_eef_pose, object_pose} (x,y,z + quaternion x,y,z,w), object_vel, belt_speed, target_bin_pos,
-  object_half_extents, hand_q, gripper_action and subtask_term_signals/grasp (the tracker shows the object
-  lifted near the hand). Hand-object contact is not recorded: the real-cell interface does not report it.
+  object_half_extents, hand_q, gripper_action and subtask_term_signals/{intercept, grasp, carry} (automatic
+  subtask annotation, r2s2r.behavior.annotate; inspect or correct it with scripts/annotate.py).
   Attrs: seed, success, condition, object, colour, belt_speed, source, prompt, teleop_style (JSON).
 
 Resuming: the dataset is written to OUTPUT.partial (flushed after each demo) and renamed to OUTPUT when the run
@@ -41,15 +41,13 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from r2s2r.behavior.annotate import AnnotationError  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
-from r2s2r.data import DatasetError, DemoReader, DemoWriter, pose_wxyz_to_xyzw, validate_demo  # noqa: E402
+from r2s2r.data import DatasetError, DemoReader, DemoWriter, validate_demo  # noqa: E402
+from r2s2r.data.episode import EpisodeRecorder  # noqa: E402
 
 ENV_NAME = "R2S2R-PickSort-Real-v0"
 CONDITION = "nominal"
-# The tracker's evidence that the grasp subtask is over: the object is this far above where it rode the belt
-# and this close (horizontally) to the grasp site.
-GRASP_LIFT = 0.02  # m
-GRASP_NEAR = 0.06  # m
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -77,60 +75,26 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 # -- recording ---------------------------------------------------------------------------------------------------
-def grasp_signal(object_pos: np.ndarray, eef_pos: np.ndarray) -> np.ndarray:
-    """(T,) bool, False until the object is first seen lifted off the belt near the hand, True from then on."""
-    lifted = object_pos[:, 2] > object_pos[0, 2] + GRASP_LIFT
-    near = np.linalg.norm(object_pos[:, :2] - eef_pos[:, :2], axis=1) < GRASP_NEAR
-    return np.logical_or.accumulate(lifted & near)
-
-
-def build_demo(steps: list[dict]) -> dict:
-    """Stack per-step records (obs before each action, the action, the simulator state) into a demo."""
-    actions = np.array([s["action"] for s in steps], dtype=np.float64)
-    proprio = {k: np.array([s["proprio"][k] for s in steps], dtype=np.float64) for k in steps[0]["proprio"]}
-    tracking = {k: np.array([s["tracking"][k] for s in steps], dtype=np.float64) for k in steps[0]["tracking"]}
-    images = {k: np.array([s["images"][k] for s in steps], dtype=np.uint8) for k in steps[0]["images"]}
-    target = actions[:, :7].copy()
-    target[:, 3:] /= np.linalg.norm(target[:, 3:], axis=1, keepdims=True)
-    object_pose = np.concatenate([tracking["object_pos"], tracking["object_quat"]], axis=1)
-    datagen_info = {
-        # Poses x,y,z,w (format_version 1); the rest as observed.
-        "eef_pose": pose_wxyz_to_xyzw(proprio["ee_pose"]),
-        "target_eef_pose": pose_wxyz_to_xyzw(target),
-        "object_pose": pose_wxyz_to_xyzw(object_pose),
-        "object_vel": tracking["object_vel"],
-        "belt_speed": tracking["belt_speed"],
-        "target_bin_pos": tracking["target_bin_pos"],
-        "object_half_extents": tracking["object_half_extents"],
-        "hand_q": proprio["hand_q"],
-        "gripper_action": actions[:, 7:].copy(),
-        "subtask_term_signals": {"grasp": grasp_signal(tracking["object_pos"], proprio["ee_pose"][:, :3])},
-    }
-    demo = {"actions": actions, "obs": {**images, **proprio, "datagen_info": datagen_info}}
-    if "state" in steps[0]:
-        demo["states"] = np.array([s["state"] for s in steps], dtype=np.float64)
-        demo["initial_state"] = demo["states"][0].copy()
-    return demo
-
-
 def record_trial(cell, teleop, seed: int, condition: str = CONDITION, max_steps: int | None = None):
     """Run one teleoperated trial on `cell` and return (trial outcome, demo dict, demo attrs)."""
     # The twin exposes its simulator; a hardware cell does not, and its demos then carry no states.
     physics = getattr(getattr(cell, "env", None), "physics", None)
-    steps: list[dict] = []
+    recorder = EpisodeRecorder()
 
     def on_step(obs: dict, action: np.ndarray) -> None:
-        record = {"action": np.array(action, dtype=np.float64),
-                  "proprio": {k: np.array(v) for k, v in obs["proprio"].items()},
-                  "tracking": {k: np.array(v) for k, v in obs["tracking"].items()},
-                  "images": {k: np.array(v) for k, v in obs["images"].items() if not k.endswith("_depth")}}
+        state = None
         if physics is not None:
             d = physics.host_data(0)
-            record["state"] = np.concatenate([d.qpos, d.qvel])
-        steps.append(record)
+            state = np.concatenate([d.qpos, d.qvel])
+        recorder.record(obs["proprio"], obs["tracking"], obs["images"], action, state)
 
     trial = teleop.drive(cell, seed, condition=condition, on_step=on_step, max_steps=max_steps)
-    demo = build_demo(steps) if steps else None
+    demo = None
+    if trial.success:
+        try:
+            demo = recorder.demo(f"seed {seed}")
+        except AnnotationError as e:  # a success whose subtasks cannot be found is of no use to the generator
+            print(f"note: seed {seed} discarded: {e}", file=sys.stderr)
     info = trial.info
     attrs = {"seed": int(seed), "success": bool(trial.success), "condition": condition,
              "object": str(info.get("object", "")), "colour": str(info.get("colour", "")),

@@ -17,7 +17,6 @@ by parameter (the mismatch report does exactly that). Errors name the file and t
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 import yaml
 
 from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.overrides import apply_overrides, is_named_collection, item_key
 
 KINDS = ("nominal", "ungrounded", "grounded", "reality")
 
@@ -120,71 +120,6 @@ def load_world(name_or_path: str | os.PathLike, base: CellCfg | None = None) -> 
 
 
 # ----------------------------------------------------------------------------------------------------------------
-def _item_key(item: Any) -> str:
-    return getattr(item, "name", None) or getattr(item, "colour")
-
-
-def _is_named_collection(value: Any) -> bool:
-    return isinstance(value, tuple) and bool(value) and dataclasses.is_dataclass(value[0])
-
-
-def apply_overrides(obj: Any, overrides: Any, where: str) -> Any:
-    """A copy of dataclass `obj` with `overrides` (a nested mapping) applied, every value type-checked."""
-    if not isinstance(overrides, dict):
-        raise ConfigError(f"{where} = {overrides!r}: expected a mapping of field names to values")
-    fields = {f.name for f in dataclasses.fields(obj)}
-    changes = {}
-    for key, value in overrides.items():
-        if key not in fields:
-            raise ConfigError(f"{where}.{key}: unknown field; expected one of {', '.join(sorted(fields))}")
-        changes[key] = _convert(getattr(obj, key), value, f"{where}.{key}")
-    return dataclasses.replace(obj, **changes)
-
-
-def _convert(current: Any, value: Any, where: str) -> Any:
-    if dataclasses.is_dataclass(current):
-        return apply_overrides(current, value, where)
-    if _is_named_collection(current):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} = {value!r}: expected a mapping from item name to overrides")
-        items = {_item_key(x): x for x in current}
-        for name, sub in value.items():
-            if name not in items:
-                raise ConfigError(f"{where}.{name}: no such item; expected one of {', '.join(items)}")
-            items[name] = apply_overrides(items[name], sub, f"{where}.{name}")
-        return tuple(items.values())
-    if isinstance(current, dict):  # colours: name -> RGBA
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} = {value!r}: expected a mapping")
-        merged = dict(current)
-        for name, sub in value.items():
-            merged[name] = _convert(current.get(name, (0.0, 0.0, 0.0, 1.0)), sub, f"{where}.{name}")
-        return merged
-    if isinstance(current, tuple):
-        if not isinstance(value, list | tuple) or len(value) != len(current):
-            raise ConfigError(f"{where} = {value!r}: expected a list of {len(current)} numbers")
-        return tuple(_convert(c, v, f"{where}[{i}]") for i, (c, v) in enumerate(zip(current, value)))
-    if current is None and isinstance(value, dict):
-        raise ConfigError(f"{where}: cannot be set from a world file")
-    if isinstance(current, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} = {value!r}: expected true or false")
-        return value
-    if isinstance(current, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} = {value!r}: expected an integer")
-        return value
-    if isinstance(current, float):
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(f"{where} = {value!r}: expected a number")
-        return float(value)
-    if isinstance(current, str):
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} = {value!r}: expected a string")
-        return value
-    raise ConfigError(f"{where}: cannot be set from a world file")
-
-
 def calibrated_paths(cell: CellCfg) -> list[str]:
     """`CALIBRATED` with every `*` expanded to the cell's item names."""
     out = []
@@ -194,7 +129,7 @@ def calibrated_paths(cell: CellCfg) -> list[str]:
             out.append(pattern)
             continue
         items = getattr(cell, head)
-        names = list(items) if isinstance(items, dict) else [_item_key(x) for x in items]
+        names = list(items) if isinstance(items, dict) else [item_key(x) for x in items]
         out.extend(f"{head}.{name}{tail}" for name in names)
     return out
 
@@ -202,8 +137,8 @@ def calibrated_paths(cell: CellCfg) -> list[str]:
 def get_path(obj: Any, dotted: str) -> Any:
     """The value at a dotted path, resolving named collections by item name."""
     for part in dotted.split("."):
-        if _is_named_collection(obj):
-            obj = next(x for x in obj if _item_key(x) == part)
+        if is_named_collection(obj):
+            obj = next(x for x in obj if item_key(x) == part)
         elif isinstance(obj, dict):
             obj = obj[part]
         else:

@@ -460,6 +460,10 @@ class DemoReader:
     def __len__(self) -> int:
         return len(self.names)
 
+    def data_attrs(self) -> dict:
+        """The run-level attrs of the `data` group (as `DemoWriter.set_attr` stores them), as Python values."""
+        return {k: _python(v) for k, v in self._file["data"].attrs.items()}
+
     def attrs(self, name: str) -> dict:
         """The attrs of demo `name` as Python values (the writer's completion marker left out)."""
         group = self._group(name)

@@ -15,7 +15,16 @@ PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
 class TaskSpec:
     description: str  # one line, what scripts/list_tasks.py prints
     entry_point: str = PICK_SORT
-    kwargs: dict = field(default_factory=dict)
+    kwargs: dict = field(default_factory=dict)  # passed to the entry point (e.g. the world file it binds)
+    generator: str | None = None  # the behaviour generator that collects data in it (r2s2r.behavior)
+
+
+def _grounding_variant(world: str, generator: str) -> TaskSpec:
+    """One cell of the 2x2 grounding study: a world file and a behaviour generator."""
+    behaviour = {"mimic": "real demos transformed MimicGen-style", "planner": "grasp generator + interception planner"}
+    return TaskSpec(f"Pick-and-sort in the {world} world, data from {behaviour[generator]} "
+                    f"(configs/world/{world}.yaml, generator '{generator}').", kwargs={"world": world},
+                    generator=generator)
 
 
 TASKS: dict[str, TaskSpec] = {
@@ -26,6 +35,10 @@ TASKS: dict[str, TaskSpec] = {
         "The reality twin: the same task on the cell's true parameters (configs/world/reality.yaml, or "
         "R2S2R_REALITY_FILE / reality=...), with its residual visual gap.",
         entry_point="r2s2r.real.twin:make_twin_env"),
+    "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0": _grounding_variant("grounded", "mimic"),
+    "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0": _grounding_variant("grounded", "planner"),
+    "R2S2R-PickSort-WorldUngrounded-BehaviorGrounded-v0": _grounding_variant("ungrounded", "mimic"),
+    "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0": _grounding_variant("ungrounded", "planner"),
 }
 
 for _task_id, _spec in TASKS.items():

@@ -144,6 +144,19 @@ class PickSortEnv(gym.Env):
         obs = self._observe()
         return obs, self._info(None)
 
+    def state(self) -> np.ndarray:
+        """The simulator state (qpos | qvel) that, with the reset seed, determines the rest of the episode."""
+        d = self.physics.host_data(0)
+        return np.concatenate([d.qpos, d.qvel])
+
+    def set_state(self, state: np.ndarray) -> None:
+        """Restore a state from `state()` (e.g. a dataset's `initial_state`) in the episode reset() set up."""
+        state = np.asarray(state, dtype=float)
+        nq, nv = self.model.nq, self.model.nv
+        if state.shape != (nq + nv,):
+            raise ValueError(f"state has shape {state.shape}: expected ({nq + nv},) = qpos ({nq}) | qvel ({nv})")
+        self.physics.reset(state[:nq], state[nq:], self._ctrl)
+
     def _randomize_lights(self, rng: np.random.Generator) -> None:
         c, m = self.condition, self.model
         pos, diffuse = self._light_nominal

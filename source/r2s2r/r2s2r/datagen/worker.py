@@ -1,0 +1,182 @@
+"""One worker's share of a generation run: attempts executed under contact physics, admitted ones recorded.
+
+An attempt is fully determined by the run seed and its index: the episode seed, its condition and the
+generator's random stream all derive from (seed, index). It runs first on a camera-less environment (fast);
+only if the object ends in its assigned bin are the same actions replayed from the same reset on the recording
+environment, which renders the cameras and records observations, states and actions. The replay must succeed
+again (physics is deterministic and rendering does not touch it); if it does not, the attempt is rejected as
+`replay_mismatch`, so every admitted trajectory is known to replay.
+
+Work comes in chunks of consecutive attempts, each written to its own shard with `DemoWriter` (crash-safe and
+resumable at attempt granularity); a finished shard is published under its final name and never redone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from r2s2r.behavior import GenerationError, make_generator
+from r2s2r.behavior.annotate import AnnotationError
+from r2s2r.data.episode import EpisodeRecorder
+from r2s2r.data.hdf5 import DemoReader, DemoWriter
+from r2s2r.datagen.config import GenerateCfg
+from r2s2r.tasks.pick_sort.env import PickSortEnv
+
+SHARD_DONE = "shard_done"
+
+
+def attempt_seed(run_seed: int, index: int) -> int:
+    """The episode seed of attempt `index` (independent streams per attempt, whatever the worker)."""
+    return int(np.random.SeedSequence([run_seed, index]).generate_state(1)[0])
+
+
+def attempt_condition(cfg: GenerateCfg, index: int) -> str:
+    names = sorted(cfg.datagen.conditions)
+    weights = np.array([cfg.datagen.conditions[n] for n in names], dtype=float)
+    rng = np.random.default_rng([cfg.datagen.seed, index, 1])
+    return names[rng.choice(len(names), p=weights / weights.sum())]
+
+
+@dataclass
+class Attempt:
+    index: int
+    seed: int
+    condition: str
+    admitted: bool
+    reason: str  # "admitted" or why not (a task failure name, a generator's reason, replay_mismatch, ...)
+    demo: dict | None = None
+    attrs: dict | None = None
+
+
+class Worker:
+    """Holds one process's environments and generator (built once, reused for every attempt)."""
+
+    def __init__(self, cfg: GenerateCfg):
+        self.cfg = cfg
+        self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
+        self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env
+        self.generator = make_generator(cfg.generator_name, cfg.generator)
+        world = self.physics_env.world
+        self.world_attrs = {"world_file": world.path.name if world else "",
+                            "world_sha256": world.sha256 if world else ""}
+
+    def close(self) -> None:
+        self.physics_env.close()
+        self.record_env.close()
+
+    def attempt(self, index: int) -> Attempt:
+        cfg = self.cfg
+        seed = attempt_seed(cfg.datagen.seed, index)
+        condition = attempt_condition(cfg, index)
+        env = self.physics_env
+        obs, _ = env.reset(seed=seed, options={"condition": condition})
+        try:
+            plan_attrs = self.generator.reset(env, obs, np.random.default_rng([cfg.datagen.seed, index, 2]))
+        except GenerationError as e:
+            return Attempt(index, seed, condition, False, e.reason)
+        actions = []
+        while True:
+            action = np.asarray(self.generator(obs), dtype=float)
+            actions.append(action)
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        if not info["success"]:
+            return Attempt(index, seed, condition, False, info["failure"] or "failed")
+        demo, replayed = self._record(seed, condition, actions)
+        if not replayed["success"] or demo is None:
+            return Attempt(index, seed, condition, False, "replay_mismatch" if demo is not None else "annotation")
+        attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
+                 "condition": condition, "object": info["object"], "colour": info["colour"],
+                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs,
+                 **{k: v for k, v in plan_attrs.items()}}
+        return Attempt(index, seed, condition, True, "admitted", demo, attrs)
+
+    def _record(self, seed: int, condition: str, actions: list[np.ndarray]) -> tuple[dict | None, dict]:
+        env = self.record_env
+        obs, info = env.reset(seed=seed, options={"condition": condition})
+        recorder = EpisodeRecorder()
+        for action in actions:
+            recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
+            obs, _, terminated, truncated, info = env.step(action)
+            if terminated or truncated:
+                break
+        try:
+            return recorder.demo(f"attempt seed {seed}"), info
+        except AnnotationError:
+            return None, info
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    cfg: GenerateCfg
+    chunk: int
+    shard_dir: str
+
+    @property
+    def attempts(self) -> range:
+        size = self.cfg.datagen.chunk_size
+        return range(self.chunk * size, (self.chunk + 1) * size)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.shard_dir) / f"chunk_{self.chunk:06d}.hdf5"
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    chunk: int
+    attempts: int
+    admitted: int
+    reasons: dict[str, int]
+
+
+def shard_result(path: Path, chunk: int) -> ChunkResult | None:
+    """The result of a finished shard, or None if it is not finished."""
+    if not path.exists():
+        return None
+    with DemoReader(path) as reader:
+        data = reader.data_attrs()
+        if not data.get(SHARD_DONE, False):
+            return None
+        reasons = json.loads(data["shard_reasons"])
+        return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons)
+
+
+_WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
+
+
+def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = None) -> ChunkResult:
+    """Execute one chunk's attempts into its shard (resuming a shard an interruption left unfinished)."""
+    done = shard_result(spec.path, spec.chunk)
+    if done is not None:
+        return done
+    key = spec.cfg.digest()
+    if key not in _WORKERS:
+        _WORKERS.clear()
+        _WORKERS[key] = Worker(spec.cfg)
+    worker = _WORKERS[key]
+    os.makedirs(spec.shard_dir, exist_ok=True)
+    with DemoWriter(spec.path, spec.cfg.task, {"run": key, "chunk": spec.chunk}) as writer:
+        reasons = Counter(json.loads(writer.get_attr("shard_reasons", "{}")))
+        start = int(writer.get_attr("shard_next", spec.attempts.start))
+        for index in range(start, spec.attempts.stop):
+            result = worker.attempt(index)
+            if result.admitted:
+                writer.append(result.demo, result.attrs)
+            reasons[result.reason] += 1
+            writer.set_attr("shard_reasons", json.dumps(dict(reasons)))
+            writer.set_attr("shard_next", index + 1)
+            if on_attempt is not None:
+                on_attempt(result)
+        writer.set_attr("shard_attempts", len(spec.attempts))
+        writer.set_attr(SHARD_DONE, True)
+        admitted = writer.num_demos
+    return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons))

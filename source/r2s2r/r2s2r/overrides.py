@@ -1,0 +1,111 @@
+"""Typed overrides of frozen config dataclasses, from nested mappings (world files) or `a.b.c=value` arguments.
+
+One path for both: a dotted command-line override becomes a nested mapping and goes through the same type checks
+as a world file. Collections of named items (arms, cameras, objects, ...) are addressed by item name. Errors name
+the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+from r2s2r.cell.spec import ConfigError
+
+
+def item_key(item: Any) -> str:
+    return getattr(item, "name", None) or getattr(item, "colour")
+
+
+def is_named_collection(value: Any) -> bool:
+    return isinstance(value, tuple) and bool(value) and dataclasses.is_dataclass(value[0])
+
+
+def apply_overrides(obj: Any, overrides: Any, where: str) -> Any:
+    """A copy of dataclass `obj` with `overrides` (a nested mapping) applied, every value type-checked."""
+    if not isinstance(overrides, dict):
+        raise ConfigError(f"{where} = {overrides!r}: expected a mapping of field names to values")
+    fields = {f.name for f in dataclasses.fields(obj)}
+    changes = {}
+    for key, value in overrides.items():
+        if key not in fields:
+            raise ConfigError(f"{where}.{key}: unknown field; expected one of {', '.join(sorted(fields))}")
+        changes[key] = _convert(getattr(obj, key), value, f"{where}.{key}")
+    return dataclasses.replace(obj, **changes)
+
+
+def parse_dotted(arguments: Iterable[str], where: str = "override") -> dict:
+    """`["env.image_size=[64,64]", "generator.nn_k=5"]` -> nested mapping; values are parsed as YAML."""
+    out: dict = {}
+    for arg in arguments:
+        key, eq, text = arg.partition("=")
+        if not eq or not key or any(not part for part in key.split(".")):
+            raise ConfigError(f"{where} {arg!r}: expected key.path=value (e.g. env.image_size=[64,64])")
+        try:
+            value = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{where} {arg!r}: the value is not valid YAML ({e})") from None
+        node = out
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{where} {arg!r}: {part!r} is set to a value and overridden inside as well")
+        node[leaf] = value
+    return out
+
+
+def _convert(current: Any, value: Any, where: str) -> Any:
+    if dataclasses.is_dataclass(current):
+        return apply_overrides(current, value, where)
+    if is_named_collection(current):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} = {value!r}: expected a mapping from item name to overrides")
+        items = {item_key(x): x for x in current}
+        for name, sub in value.items():
+            if name not in items:
+                raise ConfigError(f"{where}.{name}: no such item; expected one of {', '.join(items)}")
+            items[name] = apply_overrides(items[name], sub, f"{where}.{name}")
+        return tuple(items.values())
+    if isinstance(current, dict):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} = {value!r}: expected a mapping")
+        merged = dict(current)
+        open_keys = not current or isinstance(next(iter(current.values())), tuple)  # e.g. colours: name -> RGBA
+        for name, sub in value.items():
+            if name not in current and not open_keys:
+                raise ConfigError(f"{where}.{name}: unknown key; expected one of {', '.join(map(str, current))}")
+            merged[name] = _convert(current.get(name, (0.0, 0.0, 0.0, 1.0)), sub, f"{where}.{name}")
+        return merged
+    if isinstance(current, tuple):
+        names = all(isinstance(c, str) for c in current)  # a list of names (e.g. cameras) may change length
+        if not isinstance(value, list | tuple) or (not names and len(value) != len(current)):
+            expected = "a list of names" if names else f"a list of {len(current)} numbers"
+            raise ConfigError(f"{where} = {value!r}: expected {expected}")
+        if names:
+            return tuple(_convert("", v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(c, v, f"{where}[{i}]") for i, (c, v) in enumerate(zip(current, value)))
+    if current is None:  # an optional field that is unset: a plain value sets it
+        if isinstance(value, dict | list):
+            raise ConfigError(f"{where} = {value!r}: expected a single value")
+        return value
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r}: expected true or false")
+        return value
+    if isinstance(current, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} = {value!r}: expected an integer")
+        return value
+    if isinstance(current, float):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where} = {value!r}: expected a number")
+        return float(value)
+    if isinstance(current, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} = {value!r}: expected a string")
+        return value
+    raise ConfigError(f"{where}: cannot be overridden")
