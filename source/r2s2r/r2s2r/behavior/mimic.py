@@ -304,6 +304,8 @@ class MimicGenerator(BehaviorGenerator):
         elif tau >= e1:  # from the lift on, the object sits in the hand: let the bias fade
             self.bias *= 0.9
         pos = transform(pos_src) + self.bias
+        if c.action_noise > 0:
+            pos = pos + self.rng.normal(0.0, c.action_noise, 3)
         hand = action[7:].copy()
         hand[FLEXORS] *= self.closure
         return np.concatenate([pos, mat_to_quat(rz @ rot_src), hand])
