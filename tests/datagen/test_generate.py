@@ -1,0 +1,142 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, run_script
+
+from r2s2r.data import DemoReader, DemoWriter
+from r2s2r.datagen import generate, make_generate_cfg
+from r2s2r.datagen.replay import replay_dataset
+
+TASK = "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"
+SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_size=2"]
+
+
+def cfg_for(real_demos, n=3, extra=()):
+    from r2s2r.overrides import parse_dotted
+
+    return make_generate_cfg(TASK, n, 11, parse_dotted([*SMALL, f"generator.source={real_demos}", *extra]))
+
+
+def contents(path):
+    with DemoReader(path) as reader:
+        return [(reader.attrs(n)["attempt"], reader.load(n)) for n in reader.names]
+
+
+def assert_same(a, b):
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (_, da), (_, db) in zip(a, b):
+        np.testing.assert_array_equal(da["actions"], db["actions"])
+        np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])
+
+
+@pytest.fixture(scope="module")
+def serial(real_demos, tmp_path_factory):
+    out = tmp_path_factory.mktemp("serial") / "sim.hdf5"
+    summary = generate(cfg_for(real_demos), out, progress=False)
+    return out, summary
+
+
+def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
+    out, summary = serial
+    assert summary.trajectories == 3 and summary.attempts >= 3
+    assert sum(summary.reasons.values()) == summary.attempts and summary.reasons["admitted"] == summary.admitted
+    assert not Path(str(out) + ".shards").exists()
+    with DemoReader(out) as reader:
+        assert reader.env_name == TASK and len(reader) == 3
+        for name in reader.names:
+            attrs, demo = reader.attrs(name), reader.load(name)
+            assert attrs["success"] and attrs["generator"] == "mimic" and attrs["source_demo"].startswith("demo_")
+            assert attrs["world_file"] == "grounded.yaml" and len(attrs["world_sha256"]) == 64
+            steps = len(demo["actions"])
+            assert demo["obs"]["right_wrist"].shape == (steps, 16, 16, 3) and demo["states"].shape[0] == steps
+            np.testing.assert_array_equal(demo["initial_state"], demo["states"][0])
+            assert demo["obs"]["datagen_info"]["subtask_term_signals"]["carry"][-1]
+        stored = json.loads(reader.data_attrs()["generation_summary"])
+        assert stored["trajectories"] == 3
+    report = replay_dataset(out)
+    assert report.replayed == 3 and report.succeeded == 3
+
+
+def test_two_workers_give_the_same_dataset(serial, real_demos, tmp_path):
+    out = tmp_path / "sim.hdf5"
+    generate(cfg_for(real_demos), out, num_workers=2, progress=False)
+    assert_same(contents(serial[0]), contents(out))
+
+
+def test_a_killed_run_resumes_to_the_same_dataset(serial, real_demos, tmp_path):
+    out = tmp_path / "sim.hdf5"
+    args = [sys.executable, str(ROOT / "scripts" / "generate.py"), "--task", TASK, "--num-trajectories", "3",
+            "--seed", "11", "--output", str(out), "--no-progress", *SMALL, f"generator.source={real_demos}"]
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    first = tmp_path / "sim.hdf5.shards" / "chunk_000000.hdf5"
+    deadline = time.monotonic() + 240
+    while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert first.exists() and not out.exists()
+    kept = first.stat().st_mtime_ns
+    again = subprocess.run([*args, "--keep-shards"], cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert_same(contents(serial[0]), contents(out))
+    assert first.stat().st_mtime_ns == kept  # the finished shard was kept, not redone
+
+
+def test_bad_input_fails_before_any_work(real_demos, tmp_path):
+    out = tmp_path / "sim.hdf5"
+
+    def run(*args):
+        return run_script("generate.py", "--output", str(out), "--num-trajectories", "2", *args, timeout=120)
+
+    r = run("--task", "R2S2R-PickSort-Nope-v0")
+    assert r.returncode == 2 and "unknown task ID" in r.stderr
+    r = run("--task", "R2S2R-PickSort-v0")
+    assert r.returncode == 2 and "has no behaviour generator" in r.stderr
+    r = run("--task", TASK, "generator.source=/nonexistent/real.hdf5")
+    assert r.returncode == 2 and "/nonexistent/real.hdf5" in r.stderr
+    (tmp_path / "junk.hdf5").write_bytes(b"junk")
+    r = run("--task", TASK, f"generator.source={tmp_path / 'junk.hdf5'}")
+    assert r.returncode == 2 and "not an HDF5 file" in r.stderr
+    r = run("--task", TASK, "generator.nn_k=0", f"generator.source={real_demos}")
+    assert r.returncode == 2 and "generator.nn_k = 0" in r.stderr
+    r = run("--task", TASK, "env.nope=1", f"generator.source={real_demos}")
+    assert r.returncode == 2 and "env.nope: unknown field" in r.stderr
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    r = run_script("generate.py", "--task", TASK, "--output", str(blocker / "sim.hdf5"), f"generator.source={real_demos}")
+    assert r.returncode == 2 and "cannot write there" in r.stderr
+    with DemoWriter(out, "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0") as w:
+        w.append({"actions": np.zeros((2, 27))})
+    r = run("--task", TASK, f"generator.source={real_demos}")
+    assert r.returncode == 2 and "made by task 'R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0'" in r.stderr
+    assert not Path(str(out) + ".shards").exists()
+
+
+@pytest.mark.ray
+def test_the_same_run_on_a_local_ray_cluster(serial, real_demos, tmp_path):
+    ray_bin = Path(sys.executable).with_name("ray")
+    port = "6391"
+    env = {**os.environ, "MUJOCO_GL": "egl", "RAY_USAGE_STATS_ENABLED": "0"}
+    start = subprocess.run([str(ray_bin), "start", "--head", "--port", port, "--num-cpus", "2",
+                            "--include-dashboard", "false", "--disable-usage-stats"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=180)
+    assert start.returncode == 0, start.stderr
+    try:
+        out = tmp_path / "sim.hdf5"
+        r = subprocess.run([sys.executable, str(ROOT / "scripts" / "generate.py"), "--task", TASK,
+                            "--num-trajectories", "3", "--seed", "11", "--output", str(out), "--no-progress",
+                            "--ray-address", f"127.0.0.1:{port}", *SMALL, f"generator.source={real_demos}"],
+                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert_same(contents(serial[0]), contents(out))
+    finally:
+        subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)
