@@ -53,7 +53,7 @@ def test_annotate_script_corrects_a_boundary_and_keeps_the_file_readable(real_de
     result = run_script("annotate.py", "--dataset", str(path), "--set", f"{name}:grasp={moved}",
                         "--plot", str(tmp_path / "plots"))
     assert result.returncode == 0, result.stderr
-    assert f"corrected ['grasp']" in result.stdout
+    assert "corrected ['grasp']" in result.stdout
     after = {n: (d, a) for n, d, a in load_all(path)}
     assert stored_annotation(after[name][0]["obs"]["datagen_info"]).ends == (intercept, moved, carry)
     assert json.loads(after[name][1]["subtask_corrections"]) == {"grasp": moved}

@@ -4,21 +4,22 @@ MimicGen (Mandlekar et al., 2023) cuts each source demo into object-centric subt
 rigidly transformed to the new object pose. That assumes objects at rest. Here the object rides a belt, so each
 subtask is tied to a frame that moves the way its reference does:
 
-* **intercept** (before the grasp) is expressed relative to the *moving* object: the offset between the new and
-  the source object — both predicted along the belt from where they were first seen — is added to the source
-  hand path, weighted by how close the source hand was to its object (`track_radius`). Far from the object the
-  hand keeps its recorded world path (the operator's reach to a waiting spot); near it, the hand moves with the
-  new object, so a faster belt is pursued at the new speed while the motion keeps its human shape. The time the
-  operator spent waiting (hand still) is stretched or shrunk so that the new object reaches the source's meeting
-  point when the source hand did; where waiting alone cannot absorb it, the whole approach is sped up (down to
-  `min_time_scale`).
-* **grasp** keeps the source timing and stays with the object's belt prediction until the lift (never with the
-  measured object, which moves with the fingers once they touch it). At its start the prediction is re-anchored
-  on the observed object and the difference is faded in over `interpolation_steps`.
-* **carry** blends from the grasp's offset to the bin's (new bin minus source bin), so the carry ends where the
-  source's did relative to its bin; **release** is bin-relative.
+* **intercept** (before the grasp) is expressed relative to the *moving* object: the offset between the new object
+  (as tracked) and the source's object at the corresponding time is added to the source hand path, weighted by
+  how close the source hand was to its object (`track_radius`). Far from the object the hand keeps its recorded
+  world path (the operator's reach to a waiting spot); near it, the hand moves with the new object, so a faster
+  belt is pursued at the new speed while the motion keeps its human shape. The time the operator spent waiting
+  (hand still) is stretched or shrunk so that the new object reaches the source's meeting point when the source
+  hand did; where waiting alone cannot absorb it, the whole approach is sped up (down to `min_time_scale`).
+* **grasp** keeps the source timing. Shortly before the closure (`latch_steps`) the object reference switches from
+  the tracked object to its prediction at the tracked velocity until the lift: once the fingers touch the object
+  its measured position moves with the hand, and following it would drag both off the belt.
+* **carry** interpolates from the grasp's frame to the bin's (new bin minus source bin, `carry_blend`), so the carry
+  ends where the source's did relative to its bin; **release** is bin-relative.
 
-The hand yaw is turned with the object (mod the symmetry of a power grasp across the long axis), the grasp height
+Until the lift an integral loop (`tracking_gain`) biases the commands so the *measured* hand follows the source's
+measured hand path, transformed: the simulated arm lags differently from the real one, and millimetres decide a
+grasp. The hand yaw is turned with the object (mod the symmetry of a power grasp across the long axis), the grasp height
 follows the object's height, and the hand's flexion scales with the object's cross-section so a smaller object
 is closed on harder. Source demos are chosen per episode among the `nn_k` nearest in belt speed, lateral position
 and size (MimicGen's nearest-neighbour selection with random choice among the k best), or at random.
@@ -58,7 +59,11 @@ class MimicCfg:
     track_radius: tuple[float, float] = (0.12, 0.35)
     idle_speed: float = 0.03  # m/s: slower source hand motion counts as waiting (re-timed freely)
     min_time_scale: float = 0.5  # the approach may run at most 1 / min_time_scale times faster than recorded
-    interpolation_steps: int = 5  # steps over which a re-anchoring correction is faded in
+    # Steps before the source's closure at which the object reference switches from tracked to predicted.
+    latch_steps: int = 4
+    # Interpolation between the grasp's object frame and the bin frame: the switch spans this fraction of the
+    # carry subtask (minimum-jerk), from its start.
+    carry_blend: float = 1.0
     action_noise: float = 0.001  # m, standard deviation of Gaussian noise on the commanded position
     # Until the lift, an integral loop adds a bias to the commands so that the *measured* hand follows the source's
     # measured hand path, transformed: the sim arm lags differently from the real one, and a few millimetres
@@ -76,8 +81,10 @@ class MimicCfg:
             raise ConfigError(f"generator.track_radius = {self.track_radius}: expected 0 < inner < outer (m)")
         if not 0 < self.min_time_scale <= 1:
             raise ConfigError(f"generator.min_time_scale = {self.min_time_scale}: expected in (0, 1]")
-        if self.interpolation_steps < 1:
-            raise ConfigError(f"generator.interpolation_steps = {self.interpolation_steps}: expected >= 1")
+        if self.latch_steps < 0:
+            raise ConfigError(f"generator.latch_steps = {self.latch_steps}: expected >= 0")
+        if not 0 < self.carry_blend <= 1:
+            raise ConfigError(f"generator.carry_blend = {self.carry_blend}: expected in (0, 1]")
         if not 0 <= self.tracking_gain <= 1:
             raise ConfigError(f"generator.tracking_gain = {self.tracking_gain}: expected in [0, 1]")
         if self.action_noise < 0:
@@ -102,6 +109,7 @@ class SourceDemo:
     actions: np.ndarray  # (T, 27) as recorded
     eef_pos: np.ndarray  # (T, 3) measured grasp-site position
     object_pos: np.ndarray  # (T, 3) tracked
+    object_vel: np.ndarray  # (T, 3) tracked linear velocity
     object_quat: np.ndarray  # (4,) at the start
     belt_speed: float  # measured, m/s
     half_extents: np.ndarray  # (3,)
@@ -132,7 +140,7 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
             if info is None:
                 raise DatasetError(f"{where}: obs/datagen_info is missing; record demos with scripts/collect_real.py "
                                    f"or add the tracking signals")
-            for key in ("eef_pose", "object_pose", "belt_speed", "object_half_extents", "target_bin_pos"):
+            for key in ("eef_pose", "object_pose", "object_vel", "belt_speed", "object_half_extents", "target_bin_pos"):
                 if key not in info:
                     raise DatasetError(f"{where}: obs/datagen_info/{key} is missing")
             if attrs.get("object") not in shapes:
@@ -142,7 +150,8 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
             out.append(SourceDemo(
                 name=name, shape=shapes[attrs["object"]], actions=np.asarray(data["actions"], dtype=float),
                 eef_pos=np.asarray(info["eef_pose"][:, :3], dtype=float),
-                object_pos=pose[:, :3], object_quat=pose[0, 3:],
+                object_pos=pose[:, :3], object_vel=np.asarray(info["object_vel"], dtype=float)[:, :3],
+                object_quat=pose[0, 3:],
                 belt_speed=float(np.median(info["belt_speed"][: ann.ends[0]])),
                 half_extents=np.asarray(info["object_half_extents"][0], dtype=float),
                 bin_pos=np.asarray(info["target_bin_pos"][0], dtype=float), ends=ann.ends))
@@ -204,12 +213,12 @@ class MimicGenerator(BehaviorGenerator):
         if self.v_new <= 0:
             raise GenerationError("belt_stopped", f"belt speed {self.v_new:.3f} m/s: the object never arrives")
 
-        # Source belt reference: the tracked object until the final closure starts, then its belt prediction
-        # until the lift, frozen after.
+        # Source object reference: the tracked object until `latch_steps` before the final closure (untouched so
+        # far), then its prediction along the belt at its tracked velocity until the lift, frozen after.
+        latch = max(e0 - c.latch_steps, 1)
         b_src = src.object_pos.copy()
-        steps_after = np.arange(e0, src.length) - e0
-        b_src[e0:] = src.object_pos[e0] + np.outer(np.minimum(steps_after, e1 - e0) * src.belt_speed * self.dt,
-                                                   [1.0, 0.0, 0.0])
+        steps_after = np.minimum(np.arange(latch, src.length) - latch, e1 - latch)
+        b_src[latch:] = src.object_pos[latch] + np.outer(steps_after * self.dt, src.object_vel[latch])
         self.b_src = b_src
 
         # Re-time the approach: waiting steps absorb the difference in arrival time; beyond that, speed up.
@@ -234,9 +243,10 @@ class MimicGenerator(BehaviorGenerator):
         self.tau = np.concatenate([tau_approach, np.arange(e0, src.length, dtype=float)])
         self.shift = n_approach - e0  # new step = source step + shift, from the grasp on
 
-        # New object's belt prediction (re-anchored at the grasp) and the turn and size adaptations.
-        self.obj0 = obj0
+        # The new object is followed as tracked until the step mapped to the source's latch, predicted after.
+        self.latch_step = int(np.searchsorted(self.tau, latch))
         self.lift_step = e1 + self.shift
+        self.latched: tuple[np.ndarray, np.ndarray] | None = None
         self.dyaw = _wrap_half_turn(grasp_yaw(priv["object_quat"], extents) - grasp_yaw(src.object_quat,
                                                                                            src.half_extents))
         self.dz = float(extents[2] - src.half_extents[2])
@@ -244,33 +254,31 @@ class MimicGenerator(BehaviorGenerator):
         self.closure = float(np.clip(ratio, *c.closure_scale))
         self.bin_offset = np.asarray(priv["target_bin_pos"], dtype=float) - src.bin_pos
         self.start_offset = np.asarray(obs["proprio"]["ee_pose"][:3], dtype=float) - src.actions[0, :3]
-        self.anchor = np.zeros(3)  # re-anchoring correction of the belt prediction
-        self.anchor_from = np.zeros(3)
-        self.anchor_step = -1
         self.bias = np.zeros(3)
         self.step = 0
         return {"source_demo": src.name, "time_scale": float(scale), "yaw_change": float(self.dyaw),
                 "closure_scale": self.closure}
 
-    def _object_offset(self, step: int, tau: float) -> np.ndarray:
-        """New object's belt prediction minus the source's, at new step `step` / source index `tau`."""
-        t_new = min(step, self.lift_step) * self.dt
-        predicted = self.obj0 + np.array([self.v_new * t_new, 0.0, 0.0])
-        fade = min((step - self.anchor_step) / self.cfg.interpolation_steps, 1.0) if self.anchor_step >= 0 else 1.0
-        anchor = self.anchor_from + fade * (self.anchor - self.anchor_from)
-        return predicted + anchor - _interp(self.b_src, tau) + np.array([0.0, 0.0, self.dz])
+    def _object_offset(self, step: int, tau: float, seen: np.ndarray) -> np.ndarray:
+        """New object reference minus the source's, at new step `step` / source index `tau`; `seen` is the tracked
+        object now. Latched at `latch_step`: from then on the object is predicted, never measured (once the fingers
+        touch it, its measured position moves with the hand and following it would drag both off the belt)."""
+        if step < self.latch_step or self.latched is None:
+            reference = seen
+        else:
+            pos, vel = self.latched
+            reference = pos + vel * (min(step, self.lift_step) - self.latch_step) * self.dt
+        return reference - _interp(self.b_src, tau) + np.array([0.0, 0.0, self.dz])
 
     def __call__(self, obs: dict) -> np.ndarray:
         c, src = self.cfg, self.src
         e0, e1, e2 = src.ends
         k = self.step
         self.step += 1
-        if k == e0 + self.shift:  # the grasp begins: re-anchor the belt prediction on the observed object
-            seen = np.asarray(obs["privileged"]["object_pos"], dtype=float)
-            predicted = self.obj0 + np.array([self.v_new * k * self.dt, 0.0, 0.0])
-            self.anchor_from = self.anchor.copy()
-            self.anchor = np.array([seen[0] - predicted[0], seen[1] - predicted[1], 0.0])
-            self.anchor_step = k
+        seen = np.asarray(obs["privileged"]["object_pos"], dtype=float)
+        if k == self.latch_step:
+            velocity = np.asarray(obs["privileged"]["object_vel"][:3], dtype=float) * np.array([1.0, 1.0, 0.0])
+            self.latched = (seen.copy(), velocity)
         tau = float(self.tau[min(k, len(self.tau) - 1)])
         action = _interp(src.actions, tau)
         pos_src, rot_src = action[:3], quat_to_mat(action[3:7])
@@ -278,13 +286,13 @@ class MimicGenerator(BehaviorGenerator):
             near = np.linalg.norm(pos_src[:2] - _interp(src.object_pos, tau)[:2])
             lo, hi = c.track_radius
             w = float(min_jerk((hi - near) / (hi - lo)))
-            offset, turn = self._object_offset(k, tau), w
+            offset, turn = self._object_offset(k, tau, seen), w
             offset = w * offset + (1.0 - w) * self.start_offset
         elif tau < e1:  # grasp: with the object's belt prediction
-            offset, turn = self._object_offset(k, tau), 1.0
+            offset, turn = self._object_offset(k, tau, seen), 1.0
         elif tau < e2:  # carry: from the grasp's frame to the bin's
-            u = float(min_jerk((tau - e1) / (e2 - e1)))
-            offset = (1.0 - u) * self._object_offset(k, tau) + u * self.bin_offset
+            u = float(min_jerk((tau - e1) / (c.carry_blend * (e2 - e1))))
+            offset = (1.0 - u) * self._object_offset(k, tau, seen) + u * self.bin_offset
             turn = 1.0 - u
         else:
             offset, turn = self.bin_offset, 0.0

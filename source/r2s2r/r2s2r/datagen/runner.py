@@ -28,7 +28,7 @@ from tqdm import tqdm
 from r2s2r.behavior import make_generator
 from r2s2r.data.hdf5 import DatasetError, DemoReader, DemoWriter
 from r2s2r.datagen.config import GenerateCfg
-from r2s2r.datagen.worker import Attempt, ChunkResult, ChunkSpec, run_chunk, shard_result
+from r2s2r.datagen.worker import Attempt, ChunkResult, ChunkSpec, close_workers, run_chunk, shard_result
 
 
 @dataclass
@@ -193,6 +193,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
             results[next_chunk] = run_chunk(ChunkSpec(cfg, next_chunk, str(shards)), on_attempt)
             seen.update(attempts=0, admitted=0)
             show()
+        close_workers()
     else:
         _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_workers, ray_address, show)
     bar.close()

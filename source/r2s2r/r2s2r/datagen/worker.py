@@ -69,7 +69,8 @@ class Worker:
 
     def close(self) -> None:
         self.physics_env.close()
-        self.record_env.close()
+        if self.record_env is not self.physics_env:
+            self.record_env.close()
 
     def attempt(self, index: int) -> Attempt:
         cfg = self.cfg
@@ -153,6 +154,13 @@ def shard_result(path: Path, chunk: int) -> ChunkResult | None:
 _WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
 
 
+def close_workers() -> None:
+    """Release this process's environments (their renderers hold GL contexts)."""
+    for worker in _WORKERS.values():
+        worker.close()
+    _WORKERS.clear()
+
+
 def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = None) -> ChunkResult:
     """Execute one chunk's attempts into its shard (resuming a shard an interruption left unfinished)."""
     done = shard_result(spec.path, spec.chunk)
@@ -160,7 +168,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         return done
     key = spec.cfg.digest()
     if key not in _WORKERS:
-        _WORKERS.clear()
+        close_workers()
         _WORKERS[key] = Worker(spec.cfg)
     worker = _WORKERS[key]
     os.makedirs(spec.shard_dir, exist_ok=True)

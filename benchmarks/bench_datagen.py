@@ -1,0 +1,123 @@
+"""Trajectory generation throughput: admitted trajectories per hour per CPU core, admission rate per generator,
+and scaling from 1 to 2 workers, with four cameras rendered at 128x128 (generate.py's default).
+
+The bare-engine ratio, measured in the same run: the time bare `mj_step` and a bare `mujoco.Renderer` would take
+for just the physics steps and camera images of the admitted trajectories, divided by the generation's wall time
+(so 1.0 would mean failed attempts, replays, IK, generators and file writing cost nothing).
+
+Usage: python benchmarks/bench_datagen.py [--trajectories 4] [--output outputs/bench_datagen.json]
+The grounded generator needs real demos: 8 are recorded first (no images) into outputs/bench/real.hdf5 if missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+import mujoco  # noqa: E402
+
+from _common import write_json  # noqa: E402
+from bench_task import bare_steps_per_second  # noqa: E402
+from r2s2r.cell.mjcf import build_model  # noqa: E402
+from r2s2r.data import DemoReader  # noqa: E402
+from r2s2r.datagen import generate, make_generate_cfg  # noqa: E402
+from r2s2r.datagen.config import ALL_CAMERAS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = {"mimic": "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0",
+         "planner": "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"}
+
+
+def bare_images_per_second(model: mujoco.MjModel, cell, size: int, seconds: float) -> float:
+    """Bare `mujoco.Renderer` on the four cameras at the source sizes and fields of view our renderer uses (as in
+    bench_render.py), without the lens model."""
+    from r2s2r.render import make_renderer
+
+    ours = make_renderer("mujoco_gl", model, cell, ALL_CAMERAS, size, size)
+    bare_model = copy.copy(model)
+    sizes = {}
+    for name, cm in ours.camera_models.items():
+        bare_model.cam_fovy[ours.camera_ids[name]] = cm.render_fovy_deg
+        sizes[name] = (cm.render_height, cm.render_width)
+    ours.close()
+    bare_model.vis.quality.offsamples = 0
+    renderers = {s: mujoco.Renderer(bare_model, *s) for s in set(sizes.values())}
+    data = mujoco.MjData(bare_model)
+    mujoco.mj_resetDataKeyframe(bare_model, data, 0)
+    mujoco.mj_forward(bare_model, data)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for cam in ALL_CAMERAS:
+            renderer = renderers[sizes[cam]]
+            renderer.update_scene(data, cam)
+            renderer.render()
+            n += 1
+    for renderer in renderers.values():
+        renderer.close()
+    return n / (time.perf_counter() - t0)
+
+
+def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path) -> dict:
+    from r2s2r.overrides import parse_dotted
+
+    cfg = make_generate_cfg(task, trajectories, 0, parse_dotted([f"generator.source={source}"])
+                            if "BehaviorGrounded" in task else {})
+    out = workdir / f"{task}-{workers}.hdf5"
+    t0 = time.perf_counter()
+    summary = generate(cfg, out, num_workers=workers, progress=False)
+    wall = time.perf_counter() - t0
+    with DemoReader(out) as reader:
+        steps = reader.total
+    return {"task": task, "workers": workers, "trajectories": summary.trajectories, "attempts": summary.attempts,
+            "admission_rate": round(summary.admission_rate, 3), "reasons": dict(summary.reasons),
+            "wall_s": round(wall, 1), "steps": steps,
+            "per_hour_per_core": round(summary.trajectories / wall * 3600 / workers, 1)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trajectories", type=int, default=4, help="admitted trajectories per measurement")
+    p.add_argument("--generators", nargs="+", default=list(TASKS), choices=list(TASKS))
+    p.add_argument("--output", default="outputs/bench_datagen.json")
+    args = p.parse_args()
+    source = ROOT / "outputs" / "bench" / "real.hdf5"
+    if "mimic" in args.generators and not source.exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "collect_real.py"), "--num-demos", "8", "--output",
+                        str(source), "--cameras"], check=True, cwd=ROOT)
+    cfg = make_generate_cfg(TASKS["mimic"])
+    model = build_model(cfg.env.cell)
+    substeps = round(1.0 / (cfg.env.control_hz * cfg.env.cell.physics.timestep))
+    bare_steps = bare_steps_per_second(model, 3.0)
+    bare_images = bare_images_per_second(model, cfg.env.cell, 128, 3.0)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.generators:
+            for workers in (1, 2):
+                row = run(TASKS[name], args.trajectories, workers, source, Path(tmp))
+                bare = row["steps"] * (substeps / bare_steps + len(ALL_CAMERAS) / bare_images)
+                row.update(generator=name, bare_ratio=round(bare / row["wall_s"], 3))
+                rows.append(row)
+                print(row, file=sys.stderr)
+    for name in args.generators:
+        one, two = [r for r in rows if r["generator"] == name]
+        one["speedup_2_workers"] = round(one["wall_s"] / two["wall_s"], 2)
+    write_json(args.output, {"bare_steps_per_s": round(bare_steps), "bare_images_per_s_128": round(bare_images, 1),
+                             "cameras": len(ALL_CAMERAS), "rows": rows})
+    print("| generator | workers | admitted / attempts | admission | wall s | traj/h/core | bare ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['generator']} | {r['workers']} | {r['trajectories']} / {r['attempts']} | "
+              f"{r['admission_rate']:.0%} | {r['wall_s']} | {r['per_hour_per_core']} | {r['bare_ratio']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
