@@ -3,6 +3,11 @@
 Examples:
   python scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --video outputs/play.mp4
   isaaclab.sh -p scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --episodes 3 --condition lighting
+  python scripts/play.py --task R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0 --controller generator \
+      --source outputs/real/real.hdf5 --condition belt_speed
+
+Controllers: `scripted` (the privileged scripted controller) or `generator` (the task's behaviour generator, as
+generate.py runs it: transformed real demos from --source, or the grasp generator + planner).
 
 Each video frame tiles the chosen cameras side by side (after the lens model). The episode outcome (success or
 the named failure) is printed per episode. The video is written to a temporary name and renamed when complete.
@@ -11,6 +16,7 @@ the named failure) is printed per episode. The video is written to a temporary n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -21,12 +27,15 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="R2S2R-PickSort-v0", help="task ID (see scripts/list_tasks.py)")
-    p.add_argument("--controller", default="scripted", choices=["scripted"], help="who acts")
+    p.add_argument("--controller", default="scripted", choices=["scripted", "generator"], help="who acts")
+    p.add_argument("--source", default=None, help="real demos for a grounded-behaviour generator (default: its "
+                   "config's, outputs/real/real.hdf5)")
     p.add_argument("--video", default="outputs/play.mp4", help="output MP4 path")
     p.add_argument("--episodes", type=int, default=1, help="number of episodes, played back to back")
     p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
@@ -41,12 +50,28 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def make_controller(args: argparse.Namespace, env):
+    """The acting controller, behind the behaviour-generator interface (reset(env, obs, rng), __call__(obs))."""
+    import r2s2r.tasks as tasks
+    from r2s2r.behavior import generator_cfg, make_generator
+    from r2s2r.control.scripted import ScriptedPickPlace
+
+    if args.controller == "scripted":
+        return ScriptedPickPlace(env.cfg.control_hz)
+    name = tasks.TASKS[args.task].generator
+    if name is None:
+        raise ConfigError(f"--controller generator: task {args.task!r} has no behaviour generator")
+    cfg = generator_cfg(name)
+    if args.source is not None:
+        cfg = dataclasses.replace(cfg, source=args.source)
+    return make_generator(name, cfg)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import imageio.v2 as imageio
 
     import r2s2r.tasks as tasks
-    from r2s2r.control.scripted import ScriptedPickPlace
 
     video = Path(args.video)
     try:
@@ -62,12 +87,16 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: cannot write video {str(video)!r}: {e}", file=sys.stderr)
         return 2
-    controller = ScriptedPickPlace(env.cfg.control_hz)
+    try:
+        controller = make_controller(args, env)
+    except (ConfigError, DatasetError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     outcomes = []
     with writer:
         for ep in range(args.episodes):
             obs, info = env.reset(seed=args.seed + ep)
-            controller.reset()
+            controller.reset(env, obs, np.random.default_rng(args.seed + ep))
             bar = tqdm(total=env.max_steps, desc=f"episode {ep} ({info['object']}, {info['colour']})", unit="step")
             while True:
                 writer.append_data(np.concatenate([obs["images"][c] for c in env.cfg.cameras], axis=1))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from r2s2r.behavior.base import BehaviorGenerator
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
 
 # At grasp yaw 0: palm down (volar normal -z), fingers across the belt (+y), thumb upstream (-x).
@@ -41,7 +42,7 @@ def grasp_yaw(object_quat: np.ndarray, half_extents: np.ndarray) -> float:
     return (theta + period / 2) % period - period / 2
 
 
-class ScriptedPickPlace:
+class ScriptedPickPlace(BehaviorGenerator):
     """Phase machine: approach -> descend -> close -> lift -> carry -> lower -> release -> retreat.
 
     A lift that leaves the object behind on the belt goes back to approach (a second try), as an operator would.
@@ -60,7 +61,10 @@ class ScriptedPickPlace:
         self.dt = 1.0 / control_hz
         self.reset()
 
-    def reset(self) -> None:
+    name = "scripted"
+
+    def reset(self, env=None, obs: dict | None = None, rng: np.random.Generator | None = None) -> dict:
+        """Start over (deterministic: nothing here is random, so `env`, `obs` and `rng` are not needed)."""
         self.phase = "approach"
         self.phase_time = 0.0
         self.target: np.ndarray | None = None
@@ -68,6 +72,7 @@ class ScriptedPickPlace:
         self.yaw = 0.0
         self.home: np.ndarray | None = None
         self.meet: np.ndarray | None = None  # grasp point latched when the descent starts, advanced at belt speed
+        return {}
 
     def _go(self, phase: str) -> None:
         self.phase, self.phase_time = phase, 0.0
