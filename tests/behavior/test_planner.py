@@ -9,7 +9,7 @@ from r2s2r.behavior.base import GenerationError
 from r2s2r.behavior.planner import PlannerCfg, PlannerGenerator
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
-# Measured: 18/20 nominal seeds; 6 of seeds 0..7 must succeed.
+# Measured: 18/20 nominal seeds succeed, 8/8 of seeds 0..7; 6 of them must.
 ADMISSION_SEEDS = range(8)
 ADMISSION_MIN = 6
 
@@ -42,8 +42,8 @@ def test_path_within_velocity_limits_and_clear_of_the_scene(env, planner):
     planner.reset(env, obs, np.random.default_rng(3))
     speed = np.abs(np.diff(planner.q_path, axis=0)) / planner.cfg.sample_dt
     assert np.all(speed <= planner.vmax * 1.001)
-    # Only the free-space segments may use the full limit... but none exceeds it, and the planner is fast:
-    assert np.max(speed / planner.vmax) > 0.3 * planner.cfg.velocity_fraction
+    # The free-space segments are timed to the limit: some joint runs near velocity_fraction of it.
+    assert np.max(speed / planner.vmax) > 0.8 * planner.cfg.velocity_fraction
     # The arm and palm never touch the static scene or come near the other arm (fingers touch the belt on purpose).
     for q, hand in zip(planner.q_path[::5], planner.hand_path[::5]):
         assert not planner.collision_at(q, hand, holding=False, arm_only=True)
@@ -82,15 +82,12 @@ def test_bad_config_names_the_field():
         PlannerCfg(velocity_fraction=1.5).validate()
 
 
-def test_admission_rate_and_faster_than_scripted(env, planner):
-    successes, times = 0, []
+def test_admission_rate(env, planner):
+    successes = 0
     for seed in ADMISSION_SEEDS:
         try:
             _, _, _, info = _run(env, planner, seed)
         except GenerationError:
             continue
         successes += info["success"]
-        if info["success"]:
-            times.append(info["time"])
     assert successes >= ADMISSION_MIN
-    assert np.mean(times) < 12.0  # the scripted controller needs about 10 s on these seeds

@@ -163,11 +163,14 @@ def test_collect_real_records_images_and_imports_demos(tmp_path):
     spec.loader.exec_module(collect_real)
     cell = TwinCell(cameras=("right_wrist",), image_size=(16, 16))
     try:
-        trial, demo, attrs = collect_real.record_trial(cell, HumanTeleop(), seed=2, max_steps=6)
+        cut, no_demo, _ = collect_real.record_trial(cell, HumanTeleop(), seed=1, max_steps=6)
+        trial, demo, attrs = collect_real.record_trial(cell, HumanTeleop(), seed=1)  # seed 1 succeeds
     finally:
         cell.close()
-    assert demo["obs"]["right_wrist"].shape == (6, 16, 16, 3) and demo["obs"]["right_wrist"].dtype == np.uint8
-    assert demo["actions"].shape == (6, 27) and attrs["seed"] == 2 and not trial.success
+    assert not cut.success and no_demo is None  # an unfinished trial gives no demo
+    steps = len(demo["actions"])
+    assert demo["obs"]["right_wrist"].shape == (steps, 16, 16, 3) and demo["obs"]["right_wrist"].dtype == np.uint8
+    assert demo["actions"].shape == (steps, 27) and attrs["seed"] == 1 and trial.success
     source = tmp_path / "elsewhere.hdf5"
     with DemoWriter(source, collect_real.ENV_NAME, {"cameras": ["right_wrist"]}) as writer:
         writer.append(demo, attrs)

@@ -1,4 +1,4 @@
-"""Object colours by render-and-compare: make the simulated objects look like the real ones in a real camera.
+"""Object colours and lighting by render-and-compare: make the simulated cell look like the real one in a real camera.
 
 For each recorded scene image (an object on the belt, with the tracker's pose of it), the object is placed at
 the same pose in the simulated world and rendered twice, once painted black and once white: the pixels that
@@ -16,7 +16,7 @@ import numpy as np
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.cell.mjcf import belt_periodic, build_model, object_body_name
-from r2s2r.cell.spec import CellCfg
+from r2s2r.cell.spec import CellCfg, LightingCfg
 from r2s2r.physics import make_physics
 from r2s2r.render import make_renderer
 
@@ -33,7 +33,7 @@ def estimate_colours(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, camer
     physics = make_physics("mujoco", model, 1, (belt_periodic(model, cell),))
     colours = {name: np.array(rgba[:3], dtype=float) for name, rgba in cell.colours.items()}
     samples: dict[str, list[tuple]] = defaultdict(list)
-    with make_renderer("mujoco_gl", model, cell, [camera], width, height) as renderer:
+    with make_renderer("mujoco_gl", model, cell, [camera], width, height, shadows=cell.shadows) as renderer:
 
         def render(info: dict, rgb) -> np.ndarray:
             """The simulated camera image with the tracked object at its pose, painted `rgb`."""
@@ -63,6 +63,56 @@ def estimate_colours(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, camer
         raise CalibrationError(f"appearance: no usable image of a {', '.join(sorted(missing))} object "
                                f"(each needs >= {MIN_PIXELS} object pixels in {camera})")
     return estimates
+
+
+def estimate_lighting(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, camera: str) -> LightingCfg:
+    """The range of the cell's trial-to-trial lighting from scene images taken on different occasions.
+
+    The simulated scene (calibrated camera and colours, object at its tracked pose) is rendered with the lights
+    at full and at half diffuse intensity; pixel values are affine in the intensity, so each real image gives,
+    per colour channel, the light gain that explains its pixels (the median over the pixels the lights reach
+    well, clipped ones left out). The gains' mean over channels is the image's
+    intensity factor, their ratios (relative to the images' median ratios) its tint. The uniform ranges are then estimated from the samples (extremes
+    widened by one sample spacing, the unbiased estimate for a uniform law).
+    """
+    if len(scenes) < 4:
+        raise CalibrationError(f"lighting: {len(scenes)} scene images; at least 4 needed to estimate a range")
+    height, width = scenes[0][0].shape[:2]
+    model = build_model(cell)
+    physics = make_physics("mujoco", model, 1, (belt_periodic(model, cell),))
+    diffuse = model.light_diffuse.copy()
+    gains = []
+    with make_renderer("mujoco_gl", model, cell, [camera], width, height, shadows=cell.shadows) as renderer:
+        for image, info in scenes:
+            _place(model, physics, info)
+            model.geom_rgba[model.geom(object_body_name(_object(cell, info["object"]))).id] = cell.colours[
+                info["colour"]]
+            frames = []
+            for level in (1.0, 0.5):
+                model.light_diffuse[:] = diffuse * level
+                frames.append(renderer.render(physics)[camera]["rgb"][0].astype(float) / 255.0)
+            model.light_diffuse[:] = diffuse
+            slope = 2.0 * (frames[0] - frames[1])  # d(pixel) / d(gain)
+            offset = frames[0] - slope
+            real = image.astype(float) / 255.0
+            use = (slope.min(-1) > 0.1) & (real.max(-1) < 0.98) & (frames[0].max(-1) < 0.98)
+            if use.sum() < MIN_PIXELS:
+                raise CalibrationError(f"lighting: a scene image of {camera} has {use.sum()} pixels the lights reach "
+                                       f"(>= {MIN_PIXELS} needed)")
+            # Per pixel, the gain that explains it; the median ignores what the simulated scene lacks (shadows,
+            # clutter) and the sensor's noise.
+            gains.append(np.median((real[use] - offset[use]) / slope[use], axis=0))
+    gains = np.array(gains)
+    factor = gains.mean(axis=1)
+    # Tint is the variation between occasions: a cast all images share (the sim's floor or clutter differing in
+    # colour from the real ones) is left out.
+    balance = gains / factor[:, None]
+    tint = balance / np.median(balance, axis=0) - 1.0
+    n = len(factor)
+    spacing = (factor.max() - factor.min()) / (n - 1)
+    low, high = max(factor.min() - spacing, 0.2), min(factor.max() + spacing, 3.0)
+    tint_bound = float(np.abs(tint).max()) * (tint.size + 1) / tint.size
+    return LightingCfg((float(low), float(high)), min(tint_bound, 0.5))
 
 
 def _object(cell: CellCfg, name: str):

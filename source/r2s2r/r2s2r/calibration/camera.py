@@ -552,8 +552,10 @@ def _calibrate(model: str, obj: np.ndarray, corners: list[np.ndarray], width: in
             dist = np.zeros(4)
             proj = [cv2.projectPoints(obj, r, t, k_mat, np.zeros(5))[0] for r, t in zip(rvecs, tvecs)]
         else:
-            # OpenCV 5's fisheye module takes (1, N, 3) / (1, N, 2) float64 arrays per view.
-            flags = cv2.CALIB_RECOMPUTE_EXTRINSIC | cv2.CALIB_FIX_SKEW | cv2.CALIB_FIX_K3 | cv2.CALIB_FIX_K4
+            # OpenCV 5's fisheye module takes (1, N, 3) / (1, N, 2) float64 arrays per view. k1-k3 are free (a
+            # lens's third term, if fixed at 0, is absorbed by the focal length); k4 stays 0, its effect at these
+            # field angles being below the corner noise.
+            flags = cv2.CALIB_RECOMPUTE_EXTRINSIC | cv2.CALIB_FIX_SKEW | cv2.CALIB_FIX_K4
             _, k_mat, dist, rvecs, tvecs = cv2.fisheye.calibrate(
                 [obj.reshape(1, -1, 3)] * n, [c.reshape(1, -1, 2) for c in corners], (width, height), np.eye(3),
                 np.zeros((4, 1)), flags=flags, criteria=criteria)

@@ -126,10 +126,11 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter}
 
         # -- appearance, last: it renders through the calibrated camera ------------------------------------
-        step("object colours")
+        step("object colours and lighting")
         for cam_name, group in f["appearance"].items():
             scenes = list(zip(group["images"][()], json.loads(group.attrs["tracking"])))
             cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
+            cell = cell.replace(lighting=appearance.estimate_lighting(scenes, cell, cam_name))
     return cell.validate(), residuals
 
 

@@ -291,6 +291,22 @@ class LightCfg:
         _require(all(0.0 <= c <= 1.0 for c in self.colour), f"{where}.colour", self.colour, "RGB values in [0, 1]")
 
 
+@dataclass(frozen=True)
+class LightingCfg:
+    """How the cell's lighting varies from trial to trial under nominal conditions (a real cell's daylight,
+    lamps warming up): all lights' intensities are scaled by one factor drawn uniformly from `intensity_range`,
+    and each colour channel by 1 + U(-tint, tint). Shifted conditions vary lighting further on top of this."""
+
+    intensity_range: tuple[float, float] = (1.0, 1.0)
+    tint: float = 0.0
+
+    def validate(self) -> None:
+        lo, hi = self.intensity_range
+        _require(0.2 <= lo <= hi <= 3.0, "lighting.intensity_range", self.intensity_range,
+                 "0.2 <= low <= high <= 3.0")
+        _require(0.0 <= self.tint <= 0.5, "lighting.tint", self.tint, "a value in [0, 0.5]")
+
+
 def look_rpy(forward: Vec3, up: Vec3 = (0.0, 0.0, 1.0)) -> Vec3:
     """Roll-pitch-yaw of a camera frame whose -z axis points along `forward` and whose +y is closest to `up`."""
 
@@ -420,6 +436,7 @@ class CellCfg:
     bins: tuple[BinCfg, ...] = field(default_factory=_default_bins)
     cameras: tuple[CameraCfg, ...] = field(default_factory=_default_cameras)
     lights: tuple[LightCfg, ...] = field(default_factory=_default_lights)
+    lighting: LightingCfg = LightingCfg()
     physics: PhysicsCfg = PhysicsCfg()
     floor_rgba: RGBA = (0.55, 0.55, 0.52, 1.0)
     shadows: bool = False
@@ -465,6 +482,7 @@ class CellCfg:
             c.lens.validate(f"cameras.{c.name}.lens")
         for li in self.lights:
             li.validate(f"lights.{li.name}")
+        self.lighting.validate()
         _require(isinstance(self.clutter, int) and 0 <= self.clutter <= 30, "clutter", self.clutter,
                  "an integer number of clutter items in [0, 30]")
         if self.calibration_board is not None:

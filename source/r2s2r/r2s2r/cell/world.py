@@ -57,6 +57,8 @@ CALIBRATED: tuple[str, ...] = (
     "objects.*.mass",
     "novel_objects.*.mass",
     "colours.*",
+    "lighting.intensity_range",
+    "lighting.tint",
 )
 
 

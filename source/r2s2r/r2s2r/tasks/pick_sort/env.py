@@ -15,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 
 from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
-from r2s2r.cell.spec import ConfigError, ObjectCfg
+from r2s2r.cell.spec import ConfigError, LightingCfg, ObjectCfg
 from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
 from r2s2r.geometry import mat_to_quat, quat_to_mat
@@ -25,6 +25,23 @@ from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
 FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
 SETTLE_SPEED = 0.05  # m/s: an object slower than this is at rest
 LIFTED_HEIGHT = 0.06  # m above the belt surface: the object has been picked up
+
+
+def vary_lights(model, nominal_pos: np.ndarray, nominal_diffuse: np.ndarray, rng: np.random.Generator,
+                scale: tuple[float, float], tint: float, jitter: float, gain: np.ndarray | None = None) -> None:
+    """Set the model's lights to a draw around their nominal state: each light's intensity scaled by a factor in
+    `scale` and each of its colour channels by 1 + U(-tint, tint), its position moved by up to `jitter` m per axis;
+    then every light multiplied by the RGB `gain` (see `lighting_gain`)."""
+    model.light_pos[:] = nominal_pos + rng.uniform(-jitter, jitter, nominal_pos.shape)
+    factor = rng.uniform(*scale, (len(nominal_diffuse), 1))
+    tints = 1.0 + rng.uniform(-tint, tint, nominal_diffuse.shape)
+    gain = np.ones(3) if gain is None else gain
+    model.light_diffuse[:] = np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
+
+
+def lighting_gain(lighting: LightingCfg, rng: np.random.Generator) -> np.ndarray:
+    """One trial's lighting of the cell (its `LightingCfg`): an intensity factor times per-channel tint factors."""
+    return rng.uniform(*lighting.intensity_range) * (1.0 + rng.uniform(-lighting.tint, lighting.tint, 3))
 
 
 class PickSortEnv(gym.Env):
@@ -96,7 +113,7 @@ class PickSortEnv(gym.Env):
                 ),
             }
         )
-        self._rng = self._belt_rng = np.random.default_rng()
+        self._rng = self._belt_rng = self._light_rng = np.random.default_rng()
 
     # ----------------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -105,6 +122,7 @@ class PickSortEnv(gym.Env):
         # The belt's speed jitter draws from its own stream, so rendering (which draws sensor noise) or not does not
         # change the physics of a seeded episode.
         self._belt_rng = np.random.default_rng(None if seed is None else (seed, 1))
+        self._light_rng = np.random.default_rng(None if seed is None else (seed, 2))
         m, cell, cfg, rng = self.model, self.cell, self.cfg, self._rng
         condition = (options or {}).get("condition", cfg.condition)
         if condition not in CONDITIONS:
@@ -158,12 +176,11 @@ class PickSortEnv(gym.Env):
         self.physics.reset(state[:nq], state[nq:], self._ctrl)
 
     def _randomize_lights(self, rng: np.random.Generator) -> None:
-        c, m = self.condition, self.model
-        pos, diffuse = self._light_nominal
-        m.light_pos[:] = pos + rng.uniform(-c.light_jitter, c.light_jitter, pos.shape)
-        scale = rng.uniform(*c.light_scale, (len(diffuse), 1))
-        tint = 1.0 + rng.uniform(-c.light_tint, c.light_tint, diffuse.shape)
-        m.light_diffuse[:] = np.clip(diffuse * scale * tint, 0.0, 1.0)
+        # The condition's shift (per light) on top of the cell's own trial-to-trial lighting, which draws from a
+        # stream of its own so that a cell without lighting variation samples its episodes as before.
+        c = self.condition
+        vary_lights(self.model, *self._light_nominal, rng, scale=c.light_scale, tint=c.light_tint,
+                    jitter=c.light_jitter, gain=lighting_gain(self.cell.lighting, self._light_rng))
 
     # ----------------------------------------------------------------------------------------------------------
     def step(self, action):
