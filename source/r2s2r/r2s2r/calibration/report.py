@@ -67,7 +67,7 @@ def parameter_errors(world: CellCfg, truth: CellCfg) -> dict[str, float]:
         if axis.name == "fisheye distortion":
             # The four coefficients trade off against each other; what matters is the mapping they define, so
             # compare the distorted angle theta_d(theta) over the field of view rather than the coefficients.
-            err = np.abs(_distorted_angle(est) - _distorted_angle(true))
+            err = np.abs(distorted_angle(est) - distorted_angle(true))
         else:
             err = np.abs(est - true)
         if axis.relative:
@@ -76,7 +76,7 @@ def parameter_errors(world: CellCfg, truth: CellCfg) -> dict[str, float]:
     return {name: float(np.mean(v)) for name, v in errors.items() if v}
 
 
-def _distorted_angle(k: np.ndarray, max_angle: float = 1.2) -> np.ndarray:
+def distorted_angle(k: np.ndarray, max_angle: float = 1.2) -> np.ndarray:
     """Kannala-Brandt theta_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8) on a grid of angles."""
     theta = np.linspace(0.0, max_angle, 25)
     t2 = theta * theta
