@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from conftest import ROOT, run_script
@@ -106,6 +107,13 @@ def test_bad_input_fails_before_any_work(real_demos, tmp_path):
     (tmp_path / "junk.hdf5").write_bytes(b"junk")
     r = run("--task", TASK, f"generator.source={tmp_path / 'junk.hdf5'}")
     assert r.returncode == 2 and "not an HDF5 file" in r.stderr
+    unsignalled = tmp_path / "unsignalled.hdf5"
+    unsignalled.write_bytes(real_demos.read_bytes())
+    with h5py.File(unsignalled, "a") as f:  # neither stored subtask signals nor the hand targets to find them from
+        del f["data/demo_2/obs/datagen_info/subtask_term_signals"]
+        del f["data/demo_2/obs/datagen_info/gripper_action"]
+    r = run("--task", TASK, f"generator.source={unsignalled}")
+    assert r.returncode == 2 and "demo_2: obs/datagen_info/gripper_action is missing" in r.stderr
     r = run("--task", TASK, "generator.nn_k=0", f"generator.source={real_demos}")
     assert r.returncode == 2 and "generator.nn_k = 0" in r.stderr
     r = run("--task", TASK, "env.nope=1", f"generator.source={real_demos}")
