@@ -47,8 +47,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reality-file", default=None, help="the twin's truth file (default: R2S2R_REALITY_FILE, "
                    "else configs/world/reality.yaml)")
     p.add_argument("--views", type=int, default=30, help="chessboard views per head (pinhole) camera")
-    p.add_argument("--fisheye-views", type=int, default=45, help="chessboard views per wrist (fisheye) camera: the "
-                   "detector finds the board in about half of them, and 45 keep the focal error under 1%%")
+    p.add_argument("--fisheye-views", type=int, default=60, help="chessboard views per wrist (fisheye) camera: the "
+                   "detector finds the board in about three in four, and 60 keep the focal error under 1%%")
     p.add_argument("--image-size", type=int, default=512, help="calibration image width and height (pixels)")
     p.add_argument("--arm-poses", type=int, default=150, help="arm configurations measured for kinematics "
                    "(offsets of links 1-2 and 3-4 are nearly parallel: 40 poses leave ~0.4 mm of noise, 150 ~0.2 mm)")
@@ -57,7 +57,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def record(rig, output: Path, views: int, size: int, arm_poses: int, seed: int, progress=None,
-           fisheye_views: int = 45) -> None:
+           fisheye_views: int = 60) -> None:
     """Run the whole session on `rig` (a `CalibrationRig`) and write it atomically to `output`."""
     step = progress or (lambda what: None)
     output.parent.mkdir(parents=True, exist_ok=True)

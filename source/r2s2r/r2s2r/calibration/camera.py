@@ -70,7 +70,8 @@ MAX_LINE_PASSES = 4  # passes over all lines; each line's profiles are fitted ar
 LINE_TOLERANCE_PX = 0.02  # stop once no line moves further than this at a corner
 MAX_GAUSS_NEWTON_STEPS = 12  # per profile fit; it stops once edges and widths settle
 SATURATED = 254.0  # profile samples at or above this (8-bit) are left out of the fits: the sensor clipped them
-# View rejection: a view is dropped when its RMS exceeds both this multiple of the median view RMS and the floor.
+# View rejection (pinhole): a view is dropped when its RMS exceeds both this multiple of the median view RMS and the
+# floor.
 VIEW_OUTLIER_FACTOR = 2.0
 VIEW_OUTLIER_FLOOR_PX = 0.1
 # A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
@@ -516,7 +517,10 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
         k_mat, dist, view_rms = _calibrate(model, obj, [found[v] for v in views], width, height, where)
         worst = int(np.argmax(view_rms))
         limit = max(VIEW_OUTLIER_FACTOR * float(np.median(view_rms)), VIEW_OUTLIER_FLOOR_PX)
-        if view_rms[worst] <= limit or len(views) <= min_views:
+        # Fisheye views are all kept: the ones with the largest residuals are the tilted, peripheral views that
+        # pin the focal length against the distortion, and dropping them biased it (measured over eight twin
+        # truth/seed cases: worst focal error 1.57 % with rejection, 0.71 % keeping every found view of 60).
+        if model == "fisheye" or view_rms[worst] <= limit or len(views) <= min_views:
             break
         del views[worst]  # one at a time: an outlier drags the fit, so the others' errors change once it is gone
     rms = float(np.sqrt(np.mean(np.square(view_rms))))  # every view has the same number of corners
