@@ -189,7 +189,6 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
         while not finished():
             while next_chunk in results:
                 next_chunk += 1
-            seen.update(attempts=0, admitted=0)
             results[next_chunk] = run_chunk(ChunkSpec(cfg, next_chunk, str(shards)), on_attempt)
             seen.update(attempts=0, admitted=0)
             show()
@@ -221,42 +220,51 @@ def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_wo
         expected = sum(r.admitted for r in done) + rate * in_flight * cfg.datagen.chunk_size
         return expected < want or in_flight == 0
 
-    if ray_address is not None:
-        ray = _init_ray(ray_address)
-        remote = ray.remote(num_cpus=1, max_retries=2)(run_chunk)
+    def dispatch(submit, wait_one, cancel, slots: int) -> None:
+        """Keep `slots` chunks in flight, in order; `wait_one` returns finished (handle, result) pairs."""
+        nonlocal next_chunk
         running: dict = {}
-        slots = num_workers if num_workers > 1 else int(ray.cluster_resources().get("CPU", 1))
-        while not finished():
-            while (len(running) < slots and next_chunk < max_chunks and needed_more(len(running))):
-                if next_chunk not in results:
-                    running[remote.remote(ChunkSpec(cfg, next_chunk, str(shards)))] = next_chunk
-                next_chunk += 1
-            if not running:
-                break
-            ready, _ = ray.wait(list(running), num_returns=1)
-            for ref in ready:
-                results[running.pop(ref)] = ray.get(ref)
-            show()
-        for ref in running:
-            ray.cancel(ref, force=True)
-        return
-    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
-        running = {}
         try:
             while not finished():
-                while len(running) < num_workers and next_chunk < max_chunks and needed_more(len(running)):
+                while len(running) < slots and next_chunk < max_chunks and needed_more(len(running)):
                     if next_chunk not in results:
-                        running[pool.submit(run_chunk, ChunkSpec(cfg, next_chunk, str(shards)))] = next_chunk
+                        running[submit(ChunkSpec(cfg, next_chunk, str(shards)))] = next_chunk
                     next_chunk += 1
                 if not running:
                     break
-                ready, _ = wait(list(running), return_when=FIRST_COMPLETED)
-                for future in ready:
-                    results[running.pop(future)] = future.result()
+                for handle, result in wait_one(list(running)):
+                    results[running.pop(handle)] = result
                 show()
         finally:
-            for future in running:
-                future.cancel()
+            for handle in running:
+                cancel(handle)
+
+    if ray_address is not None:
+        ray = _init_ray(ray_address)
+        remote = ray.remote(num_cpus=1, max_retries=2)(run_chunk)
+
+        def cancel(ref) -> None:
+            ray.cancel(ref, force=True)
+
+        def wait_ray(refs: list) -> list:
+            ready, _ = ray.wait(refs, num_returns=1)
+            return [(ref, ray.get(ref)) for ref in ready]
+
+        slots = num_workers if num_workers > 1 else int(ray.cluster_resources().get("CPU", 1))
+        dispatch(remote.remote, wait_ray, cancel, slots)
+        return
+    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
+
+        def cancel(future) -> None:
+            future.cancel()
+
+        def wait_pool(futures: list) -> list:
+            ready, _ = wait(futures, return_when=FIRST_COMPLETED)
+            return [(future, future.result()) for future in ready]
+
+        try:
+            dispatch(lambda spec: pool.submit(run_chunk, spec), wait_pool, cancel, num_workers)
+        finally:
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()  # chunks no longer needed: their shards stay resumable
 

@@ -96,8 +96,7 @@ class Worker:
             return Attempt(index, seed, condition, False, "replay_mismatch" if demo is not None else "annotation")
         attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
                  "condition": condition, "object": info["object"], "colour": info["colour"],
-                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs,
-                 **{k: v for k, v in plan_attrs.items()}}
+                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs, **plan_attrs}
         return Attempt(index, seed, condition, True, "admitted", demo, attrs)
 
     def _record(self, seed: int, condition: str, actions: list[np.ndarray]) -> tuple[dict | None, dict]:
