@@ -5,18 +5,17 @@ from __future__ import annotations
 import importlib.util
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+from conftest import ROOT, run_script
 
 from r2s2r.data import DemoReader, DemoWriter
 from r2s2r.real.teleop import HumanTeleop, TeleopCfg
 from r2s2r.real.twin import TwinCell
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "collect_real.py"
 SEEDS = range(6)
 
@@ -112,9 +111,7 @@ def test_seeds_draw_different_grasp_styles(trials):
 
 # -- scripts/collect_real.py -------------------------------------------------------------------------------------
 def run_collect(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
-                          env=env, cwd=ROOT)
+    return run_script("collect_real.py", *args, timeout=300)
 
 
 def seeds_of(path: Path) -> list[int]:
