@@ -1,13 +1,16 @@
-"""Play a controller in a task headless and write a video of the cameras.
+"""Play a controller or a trained policy in a task headless and write a video of the cameras.
 
 Examples:
   python scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --video outputs/play.mp4
   isaaclab.sh -p scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --episodes 3 --condition lighting
   python scripts/play.py --task R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0 --controller generator \
       --source outputs/real/real.hdf5 --condition belt_speed
+  python scripts/play.py --task R2S2R-PickSort-Real-v0 --checkpoint outputs/train/wg_bg/policy.pt --episodes 5
 
 Controllers: `scripted` (the privileged scripted controller) or `generator` (the task's behaviour generator, as
-generate.py runs it: transformed real demos from --source, or the grasp generator + planner).
+generate.py runs it: transformed real demos from --source, or the grasp generator + planner). --checkpoint plays a
+trained policy instead (scripts/train.py): it sees only the cameras it was trained on, at its image size, and the
+proprioception; the environment renders exactly those, and the video shows them enlarged to --size.
 
 Each video frame tiles the chosen cameras side by side (after the lens model). The episode outcome (success or
 the named failure) is printed per episode. The video is written to a temporary name and renamed when complete.
@@ -34,6 +37,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="R2S2R-PickSort-v0", help="task ID (see scripts/list_tasks.py)")
     p.add_argument("--controller", default="scripted", choices=["scripted", "generator"], help="who acts")
+    p.add_argument("--checkpoint", default=None, help="play this trained policy (policy.pt) instead of --controller")
     p.add_argument("--source", default=None, help="real demos for a grounded-behaviour generator (default: its "
                    "config's, outputs/real/real.hdf5)")
     p.add_argument("--video", default="outputs/play.mp4", help="output MP4 path")
@@ -50,12 +54,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_controller(args: argparse.Namespace, env):
+class PolicyController:
+    """A trained policy behind the behaviour-generator interface; it is handed only proprio and images."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def reset(self, env, obs: dict, rng: np.random.Generator) -> None:
+        self.agent.reset(int(rng.integers(2**31)))
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        return self.agent.act({"proprio": obs["proprio"], "images": obs["images"]})
+
+
+def make_controller(args: argparse.Namespace, env, agent=None):
     """The acting controller, behind the behaviour-generator interface (reset(env, obs, rng), __call__(obs))."""
     import r2s2r.tasks as tasks
     from r2s2r.behavior import generator_cfg, make_generator
     from r2s2r.control.scripted import ScriptedPickPlace
 
+    if agent is not None:
+        return PolicyController(agent)
     if args.controller == "scripted":
         return ScriptedPickPlace(env.cfg.control_hz)
     name = tasks.TASKS[args.task].generator
@@ -67,6 +86,13 @@ def make_controller(args: argparse.Namespace, env):
     return make_generator(name, cfg)
 
 
+def tile(images: dict, cameras: tuple[str, ...], size: int) -> np.ndarray:
+    """The cameras side by side, each enlarged (nearest neighbour, so pixels stay visible) to about `size` high."""
+    frames = [images[c] for c in cameras]
+    scale = max(1, size // frames[0].shape[0])
+    return np.concatenate([f.repeat(scale, axis=0).repeat(scale, axis=1) for f in frames], axis=1)
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     import imageio.v2 as imageio
@@ -74,9 +100,15 @@ def main(argv=None) -> int:
     import r2s2r.tasks as tasks
 
     video = Path(args.video)
+    agent = None
+    view = {"cameras": tuple(args.cameras.split(",")), "image_size": (args.size, args.size)}
     try:
-        env = tasks.make(args.task, condition=args.condition, cameras=tuple(args.cameras.split(",")),
-                         image_size=(args.size, args.size), physics=args.physics, renderer=args.renderer)
+        if args.checkpoint is not None:
+            from r2s2r.policy.agent import PolicyAgent
+
+            agent = PolicyAgent.from_checkpoint(args.checkpoint, seed=args.seed)
+            view = agent.env_overrides
+        env = tasks.make(args.task, condition=args.condition, physics=args.physics, renderer=args.renderer, **view)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -88,7 +120,7 @@ def main(argv=None) -> int:
         print(f"error: cannot write video {str(video)!r}: {e}", file=sys.stderr)
         return 2
     try:
-        controller = make_controller(args, env)
+        controller = make_controller(args, env, agent)
     except (ConfigError, DatasetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -99,7 +131,7 @@ def main(argv=None) -> int:
             controller.reset(env, obs, np.random.default_rng(args.seed + ep))
             bar = tqdm(total=env.max_steps, desc=f"episode {ep} ({info['object']}, {info['colour']})", unit="step")
             while True:
-                writer.append_data(np.concatenate([obs["images"][c] for c in env.cfg.cameras], axis=1))
+                writer.append_data(tile(obs["images"], env.cfg.cameras, args.size))
                 obs, _, terminated, truncated, info = env.step(controller(obs))
                 bar.update(1)
                 if terminated or truncated:

@@ -26,7 +26,9 @@ from r2s2r.geometry import mat_to_quat, rpy_to_mat
 from r2s2r.physics import make_physics
 from r2s2r.real.interface import DEFAULT_PROMPT, CalibrationRig, RealCell, StepResult
 from r2s2r.render import make_renderer
-from r2s2r.tasks.pick_sort.env import lighting_gain, vary_lights
+from r2s2r.tasks import REAL_TASK
+from r2s2r.tasks import make as make_task
+from r2s2r.tasks.pick_sort.env import PickSortEnv, lighting_gain, vary_lights
 
 TRACKER_NOISE = 0.0003  # m, per axis (laser tracker)
 OBJECT_TRACKER_NOISE = 0.0005  # m, per axis (camera-based object tracker)
@@ -54,22 +56,30 @@ def reality_file(path: str | os.PathLike | None = None) -> Path:
 
 def make_twin_env(reality: str | os.PathLike | None = None, **overrides):
     """The twin as a gymnasium environment (what `R2S2R-PickSort-Real-v0` builds)."""
-    from r2s2r.tasks.pick_sort.env import PickSortEnv
-
     world = load_world(reality_file(reality))
     if world.kind != "reality":
         raise ConfigError(f"{world.path}: kind = {world.kind!r}: expected 'reality' for the twin")
     return PickSortEnv(world=str(world.path), **overrides)
 
 
-class TwinCell(RealCell):
-    """`RealCell` over the twin environment."""
+class EnvCell(RealCell):
+    """`RealCell` over a pick-and-sort environment (any variant: the twin, the design cell, the study's worlds).
 
-    def __init__(self, reality: str | os.PathLike | None = None, **env_overrides):
-        self.env = make_twin_env(reality, **env_overrides)
-        self.control_hz = self.env.cfg.control_hz
+    The environment's `privileged` group becomes the cell's `tracking` group, so the same evaluation protocol
+    runs unchanged on the twin and, with sim as the evaluator, on the sim variants.
+
+    Args:
+        env: The environment; the cell owns it from here on (`close()` closes it).
+    """
+
+    def __init__(self, env: PickSortEnv):
+        if not isinstance(env, PickSortEnv):
+            raise TypeError(f"env = {env!r}: expected a PickSortEnv (r2s2r.tasks.make(...) returns one)")
+        self.env = env
+        self.control_hz = env.cfg.control_hz
         self._obs: dict | None = None
         self.prompt = DEFAULT_PROMPT
+        self.info: dict = {}
 
     def _split(self, obs: dict) -> dict:
         return {"proprio": obs["proprio"], "images": obs["images"], "tracking": obs["privileged"]}
@@ -97,6 +107,24 @@ class TwinCell(RealCell):
 
     def close(self) -> None:
         self.env.close()
+
+
+class TwinCell(EnvCell):
+    """`RealCell` over the twin environment."""
+
+    def __init__(self, reality: str | os.PathLike | None = None, **env_overrides):
+        super().__init__(make_twin_env(reality, **env_overrides))
+
+
+def make_cell(task_id: str, **env_overrides) -> EnvCell:
+    """The cell that runs trials of `task_id`: the twin for the real task, else an `EnvCell` over the sim variant.
+
+    Sim-as-evaluator runs the real-side protocol unchanged in a sim variant. For the twin, `reality=` selects the
+    truth file as in `TwinCell`.
+    """
+    if task_id == REAL_TASK:
+        return TwinCell(**env_overrides)
+    return EnvCell(make_task(task_id, **env_overrides))
 
 
 class TwinRig(CalibrationRig):

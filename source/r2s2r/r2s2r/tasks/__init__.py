@@ -9,6 +9,7 @@ import gymnasium as gym
 from r2s2r.cell.spec import ConfigError
 
 PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
+REAL_TASK = "R2S2R-PickSort-Real-v0"  # the reality twin: the real side, whose datasets count as real data
 
 
 @dataclass(frozen=True)
@@ -31,7 +32,7 @@ TASKS: dict[str, TaskSpec] = {
     "R2S2R-PickSort-v0": TaskSpec(
         "Conveyor pick-and-sort on the design (nominal) cell: pick the object off the moving belt, place it in the "
         "bin of its colour."),
-    "R2S2R-PickSort-Real-v0": TaskSpec(
+    REAL_TASK: TaskSpec(
         "The reality twin: the same task on the cell's true parameters (configs/world/reality.yaml, or "
         "R2S2R_REALITY_FILE / reality=...), with its residual visual gap.",
         entry_point="r2s2r.real.twin:make_twin_env"),

@@ -1,0 +1,120 @@
+"""Evaluate trained policies with the study's protocol on the real side, and optionally with sim as the evaluator.
+
+Examples:
+  python scripts/evaluate.py --checkpoint outputs/train/real_only/policy.pt outputs/train/wg_bg/policy.pt \\
+      --output outputs/eval/main
+  python scripts/evaluate.py --checkpoint a/policy.pt b/policy.pt c/policy.pt --output outputs/eval/rank \\
+      --sim-tasks R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0 R2S2R-PickSort-WorldUngrounded-BehaviorGrounded-v0
+
+Protocol (r2s2r.evaluation.protocol): 50 trials by default, 24 nominal and 26 shifted (lighting 7, belt_speed 7,
+novel_objects 6, combined 6); trial i has seed 10000 + i and the same condition for every policy, so policies are
+compared on the same trials. The real side is --task (default the reality twin, R2S2R-PickSort-Real-v0; a
+hardware cell plugs in behind the same RealCell interface). Each policy sees only the cameras it was trained on,
+rendered at its image size, and proprioception.
+
+Outputs in --output, per task: <task>/<policy>/trials.jsonl (one line per trial), <task>/results.json,
+results.md (success counts with Wilson 95 % intervals per condition) and results.png (bars with intervals). With
+--sim-tasks, every policy runs the same protocol in each sim variant too, and ranking.json / ranking.md report how
+well each sim variant ranks the policies as the real side does (Pearson r, Spearman rho, MMRV).
+
+Resuming: rerun the same command; finished trials are kept and only the rest run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.data.hdf5 import DatasetError  # noqa: E402
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    from r2s2r.tasks import REAL_TASK
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--checkpoint", nargs="+", required=True, help="policy checkpoints (policy.pt of train.py)")
+    p.add_argument("--names", nargs="+", default=None,
+                   help="a name per checkpoint for tables (default: the checkpoint's run folder name)")
+    p.add_argument("--task", default=REAL_TASK, help="the real side's task ID (default: the reality twin)")
+    p.add_argument("--trials", type=int, default=50, help="trials per policy on the real side (study: 50)")
+    p.add_argument("--sim-tasks", nargs="*", default=[], help="sim variants to evaluate the same policies in")
+    p.add_argument("--sim-trials", type=int, default=None, help="trials per policy in each sim task (default: "
+                   "--trials)")
+    p.add_argument("--max-steps", type=int, default=None, help="cap on control steps per trial (default: the "
+                   "task's episode length)")
+    p.add_argument("--output", default="outputs/eval/run", help="results folder")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = p.parse_args(argv)
+    if args.names is None:
+        args.names = [Path(c).parent.name or Path(c).stem for c in args.checkpoint]
+    if len(args.names) != len(args.checkpoint):
+        p.error(f"--names: {len(args.names)} names for {len(args.checkpoint)} checkpoints; expected one each")
+    if len(set(args.names)) != len(args.names):
+        p.error(f"--names = {args.names}: names must differ (give --names when run folders share a name)")
+    for flag, value in (("--trials", args.trials), ("--sim-trials", args.sim_trials), ("--max-steps", args.max_steps)):
+        if value is not None and value < 1:
+            p.error(f"{flag} = {value}: expected at least 1")
+    if args.sim_tasks and len(args.checkpoint) < 2:
+        p.error("--sim-tasks: ranking needs at least 2 checkpoints")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from r2s2r.evaluation.policies import evaluate_checkpoint, ranking, report_task, trials_path
+    from r2s2r.tasks import TASKS
+
+    for task in [args.task, *args.sim_tasks]:
+        if task not in TASKS:
+            print(f"error: task = {task!r}: unknown task ID; expected one of {', '.join(TASKS)}", file=sys.stderr)
+            return 2
+    out = Path(args.output)
+    summaries = {}
+    try:
+        for task in [args.task, *args.sim_tasks]:
+            trials = args.trials if task == args.task else (args.sim_trials or args.trials)
+            rows = {}
+            for name, checkpoint in zip(args.names, args.checkpoint):
+                print(f"{name} on {task}: {trials} trials", file=sys.stderr)
+                rows[name] = evaluate_checkpoint(checkpoint, task, trials, trials_path(out, task, name),
+                                                 args.max_steps, progress=not args.no_progress)
+            summaries[task] = report_task(out, task, rows)
+    except (ConfigError, DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    real = summaries[args.task]
+    for name, s in real.items():
+        o = s["overall"]
+        print(f"{name}: {o['successes']}/{o['trials']} ({100 * o['rate']:.0f} %, Wilson 95 % "
+              f"[{100 * o['interval'][0]:.0f}, {100 * o['interval'][1]:.0f}]) on {args.task}")
+    print(f"wrote {out / args.task / 'results.md'}")
+    if args.sim_tasks:
+        report = {task: ranking(real, summaries[task]) for task in args.sim_tasks}
+        write_ranking(out, report)
+        for task, r in report.items():
+            print(f"{task}: Pearson {_fmt(r['pearson'])}, Spearman {_fmt(r['spearman'])}, MMRV {r['mmrv']:.3f}")
+    return 0
+
+
+def _fmt(value) -> str:
+    return "undefined" if value is None else f"{value:.2f}"
+
+
+def write_ranking(out: Path, report: dict) -> None:
+    lines = ["# Sim as evaluator: does sim rank the policies as the real side does?", "",
+             "| sim task | Pearson r | Spearman rho | MMRV (lower is better) |", "|---|---:|---:|---:|"]
+    lines += [f"| {t} | {_fmt(r['pearson'])} | {_fmt(r['spearman'])} | {r['mmrv']:.3f} |" for t, r in report.items()]
+    for path, text in ((out / "ranking.json", json.dumps(report, indent=2)), (out / "ranking.md", "\n".join(lines))):
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text + "\n")
+        os.replace(tmp, path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Co-train the flow-matching transformer policy (Hydra app; configs/train/config.yaml).
+
+Examples:
+  python scripts/train.py data=real_only run_dir=outputs/train/real_only
+  python scripts/train.py run_dir=outputs/train/wg_bg steps=5000
+  isaaclab.sh -p scripts/train.py data=real_only run_dir=outputs/train/real_only
+  python scripts/train.py --help     (every field, the data presets and more examples)
+
+Resuming: rerun the same command; training continues from run_dir/last.pt. A finished run (run_dir/policy.pt) is
+left as it is unless `steps` is raised.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from r2s2r.cell.spec import ConfigError
+from r2s2r.cell.world import configs_dir
+from r2s2r.data.hdf5 import DatasetError
+
+
+@hydra.main(config_path=str(configs_dir() / "train"), config_name="config", version_base="1.3")
+def main(composed: DictConfig) -> None:
+    from r2s2r.policy.config import train_cfg_from_mapping
+    from r2s2r.policy.train import train
+
+    try:
+        cfg = train_cfg_from_mapping(OmegaConf.to_container(composed, resolve=True))
+        result = train(cfg)
+    except (ConfigError, DatasetError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    how = f"resumed at step {result.resumed_from}" if result.resumed_from else "from scratch"
+    print(f"wrote {result.checkpoint} ({result.steps} steps, {how}; final loss {result.final_loss:.4f}, "
+          f"{result.samples_per_s:.0f} samples/s)")
+
+
+if __name__ == "__main__":
+    main()

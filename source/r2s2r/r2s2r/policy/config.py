@@ -1,0 +1,177 @@
+"""Configuration of the policy and of a co-training run.
+
+`TrainCfg` is what `configs/train.yaml` (Hydra) describes; `train_cfg_from_mapping` turns the composed config into
+these dataclasses, type-checking every field through `r2s2r.overrides` so a typo is an error naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from r2s2r.cell.spec import ConfigError
+from r2s2r.overrides import apply_overrides
+
+PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose")
+DOMAINS = ("real", "sim")
+
+
+@dataclass(frozen=True)
+class PolicyCfg:
+    """The flow-matching transformer policy: what it observes and how big it is.
+
+    The observation set (`cameras`, `image_size`, `proprio`) is part of a checkpoint's identity: a checkpoint only
+    plays in an environment that renders the same cameras at the same size.
+    """
+
+    cameras: tuple[str, ...] = ("head_left", "right_wrist")
+    image_size: tuple[int, int] = (64, 64)  # (height, width); dataset images of another size are resized (area)
+    proprio: tuple[str, ...] = PROPRIO_KEYS
+    action_dim: int = 27
+    chunk: int = 16  # actions predicted per inference (action chunk)
+    execute: int = 8  # of which this many are executed before predicting again (receding horizon)
+    dim: int = 128  # transformer width
+    heads: int = 4
+    obs_layers: int = 2  # transformer layers over the observation tokens
+    action_layers: int = 2  # decoder layers over the action-chunk tokens (cross-attending to the observation)
+    dropout: float = 0.0
+    flow_steps: int = 10  # Euler integration steps from noise to an action chunk at inference
+    # Co-training: a learned embedding of the sample's domain (real / sim) added to the observation tokens. At
+    # deployment the policy is told it is on the real side.
+    domain_embedding: bool = False
+
+    def validate(self) -> PolicyCfg:
+        if not self.cameras and not self.proprio:
+            raise ConfigError("policy: cameras and proprio are both empty; expected at least one observation")
+        bad = [k for k in self.proprio if k not in PROPRIO_KEYS]
+        if bad:
+            raise ConfigError(f"policy.proprio: unknown {bad}; expected any of {', '.join(PROPRIO_KEYS)}")
+        h, w = self.image_size
+        if h % 16 or w % 16 or not (16 <= h <= 512 and 16 <= w <= 512):
+            raise ConfigError(f"policy.image_size = {list(self.image_size)}: expected multiples of 16 in [16, 512] "
+                              f"(the image encoder halves the size four times)")
+        if not 1 <= self.execute <= self.chunk:
+            raise ConfigError(f"policy.execute = {self.execute}: expected 1 to policy.chunk ({self.chunk})")
+        if self.dim % self.heads:
+            raise ConfigError(f"policy.dim = {self.dim}: expected a multiple of policy.heads ({self.heads})")
+        if self.flow_steps < 1:
+            raise ConfigError(f"policy.flow_steps = {self.flow_steps}: expected >= 1")
+        return self
+
+    def observation_set(self) -> dict:
+        """What a checkpoint must be given at deployment."""
+        return {"cameras": list(self.cameras), "image_size": list(self.image_size), "proprio": list(self.proprio)}
+
+
+@dataclass(frozen=True)
+class DatasetCfg:
+    """One dataset of a co-training mixture (robomimic v0.5 style: a path and a sampling weight)."""
+
+    path: str = ""
+    weight: float = 1.0  # share of each batch, relative to the other datasets' weights; in [0, 1]
+    # "real" or "sim"; "" infers it from the file's task ID (the twin's datasets are real, the rest sim).
+    domain: str = ""
+
+
+@dataclass(frozen=True)
+class DataCfg:
+    datasets: tuple[DatasetCfg, ...] = ()
+    # Random-shift augmentation (pixels of replicate padding, then a random crop back to size); 0 turns it off.
+    random_shift: int = 4
+
+
+@dataclass(frozen=True)
+class OptimCfg:
+    lr: float = 3e-4
+    weight_decay: float = 1e-4
+    warmup_steps: int = 200
+    grad_clip: float = 1.0
+    ema_decay: float = 0.999
+
+
+@dataclass(frozen=True)
+class CotrainCfg:
+    """Options beyond plain mixing. Off by default.
+
+    `alignment_weight` > 0 adds a maximum mean discrepancy (MMD) loss between the real and the simulated samples'
+    observation latents of each batch, pulling the two domains' representations together; with
+    `policy.domain_embedding` the policy keeps a learned way to tell them apart, so alignment need not erase what
+    differs (the balance the co-training literature argues for).
+    """
+
+    alignment_weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class TrainCfg:
+    run_dir: str = "outputs/train/run"
+    seed: int = 0
+    steps: int = 20000
+    batch_size: int = 64
+    log_every: int = 50
+    checkpoint_every: int = 1000
+    threads: int = 0  # torch CPU threads; 0 leaves torch's default
+    policy: PolicyCfg = field(default_factory=PolicyCfg)
+    data: DataCfg = field(default_factory=DataCfg)
+    optim: OptimCfg = field(default_factory=OptimCfg)
+    cotrain: CotrainCfg = field(default_factory=CotrainCfg)
+
+    def validate(self) -> TrainCfg:
+        self.policy.validate()
+        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} = {getattr(self, name)}: expected >= 1")
+        if not self.data.datasets:
+            raise ConfigError("data.datasets is empty: expected at least one dataset {path, weight}")
+        for i, d in enumerate(self.data.datasets):
+            if not d.path:
+                raise ConfigError(f"data.datasets[{i}].path is empty: expected an HDF5 dataset file")
+            if not 0.0 <= d.weight <= 1.0:
+                raise ConfigError(f"data.datasets[{i}].weight = {d.weight} ({d.path}): expected a mixture ratio "
+                                  f"in [0, 1]")
+            if d.domain not in ("", *DOMAINS):
+                raise ConfigError(f"data.datasets[{i}].domain = {d.domain!r} ({d.path}): expected 'real', 'sim' "
+                                  f"or '' (from the file)")
+        if sum(d.weight for d in self.data.datasets) <= 0:
+            raise ConfigError("data.datasets: every weight is 0; expected at least one dataset to sample from")
+        if self.data.random_shift < 0:
+            raise ConfigError(f"data.random_shift = {self.data.random_shift}: expected >= 0 pixels")
+        if not 0.0 <= self.optim.ema_decay < 1.0:
+            raise ConfigError(f"optim.ema_decay = {self.optim.ema_decay}: expected in [0, 1)")
+        if self.cotrain.alignment_weight < 0:
+            raise ConfigError(f"cotrain.alignment_weight = {self.cotrain.alignment_weight}: expected >= 0")
+        return self
+
+
+def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
+    """A validated `TrainCfg` from a nested mapping (a composed Hydra config as a plain dict)."""
+    values = dict(values)
+    datasets = values.get("data", {}).get("datasets", []) if isinstance(values.get("data"), dict) else []
+    if not isinstance(datasets, list | tuple):
+        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain}}")
+    entries = tuple(apply_overrides(DatasetCfg(), entry, f"data.datasets[{i}]") for i, entry in enumerate(datasets))
+    if isinstance(values.get("data"), dict):
+        values["data"] = {k: v for k, v in values["data"].items() if k != "datasets"}
+    cfg = apply_overrides(TrainCfg(), values, "config")
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, datasets=entries)).validate()
+
+
+def compose_train_cfg(overrides: list[str] | tuple[str, ...] = ()) -> TrainCfg:
+    """`configs/train/config.yaml` composed with Hydra command-line style `overrides` (as scripts/train.py takes
+    them), as a validated `TrainCfg`. For callers that are not Hydra apps (experiment.py, tests)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from r2s2r.cell.world import configs_dir
+
+    try:
+        with initialize_config_dir(str(configs_dir() / "train"), version_base="1.3"):
+            composed = compose("config", overrides=list(overrides))
+        values = OmegaConf.to_container(composed, resolve=True)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise ConfigError(f"train config overrides {list(overrides)}: {e}") from None
+    values.pop("hydra", None)
+    return train_cfg_from_mapping(values)

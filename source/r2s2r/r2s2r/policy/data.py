@@ -1,0 +1,187 @@
+"""Co-training data: real and simulated demo datasets loaded into memory and sampled as a weighted mixture.
+
+Each dataset is read once (every demo's policy observations and actions) into flat arrays, so a batch is a few
+numpy gathers: the data pipeline must not be what limits training (benchmarks/bench_train.py measures it against
+a bare loop on the same model). Every sample keeps its domain label (real / sim).
+
+Action chunks: the sample at step t carries actions t .. t+chunk-1 of its demo, the last action repeated past
+the demo's end (the robot holds its final target), as diffusion-policy-style chunking does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from r2s2r.data.hdf5 import DatasetError, DemoReader
+from r2s2r.policy.config import DOMAINS, DatasetCfg, PolicyCfg
+from r2s2r.tasks import REAL_TASK
+
+STD_FLOOR = 1e-2  # normalization never divides by less (joints that barely move in the data)
+
+
+@dataclass
+class LoadedDataset:
+    """One dataset's policy observations and actions, demos concatenated along the first axis."""
+
+    path: str
+    domain: str
+    weight: float
+    images: dict[str, np.ndarray]  # camera -> (N, H, W, 3) uint8 at the policy's image size
+    proprio: np.ndarray  # (N, P) float32, the policy's proprio keys concatenated
+    actions: np.ndarray  # (N, A) float32
+    demo_end: np.ndarray  # (N,) index of the last step of the demo each step belongs to
+    demo_start: np.ndarray  # (N,) index of its first step
+    num_demos: int
+
+    def __len__(self) -> int:
+        return len(self.actions)
+
+
+def _resize(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    h, w = size
+    if frames.shape[1:3] == (h, w):
+        return frames
+    return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
+
+
+def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
+    """Read `entry.path` for `policy`'s observation set; raises `DatasetError` naming the file, demo and field."""
+    path = Path(entry.path)
+    try:
+        reader = DemoReader(path)
+    except FileNotFoundError as e:
+        raise DatasetError(f"data.datasets: {e}") from None
+    with reader:
+        if len(reader) == 0:
+            raise DatasetError(f"{path}: the dataset holds no demos; expected at least one")
+        domain = entry.domain or ("real" if reader.env_name == REAL_TASK else "sim")
+        if domain not in DOMAINS:
+            raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
+        images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
+        proprio, actions, starts, ends = [], [], [], []
+        offset = 0
+        widths: dict[str, int] = {}
+        for name in reader.names:
+            demo = reader.load(name)
+            where = f"{path}: {name}"
+            act = np.asarray(demo["actions"])
+            if act.ndim != 2 or act.shape[1] != policy.action_dim or len(act) == 0:
+                raise DatasetError(f"{where}: field 'actions' has shape {act.shape}: expected (T, "
+                                   f"{policy.action_dim}) with T >= 1, the policy's action size")
+            if not np.isfinite(act).all():
+                step, col = np.argwhere(~np.isfinite(act))[0]
+                raise DatasetError(f"{where}: field 'actions' is not finite (NaN or inf at step {step}, column "
+                                   f"{col})")
+            obs = demo.get("obs", {})
+            for cam in policy.cameras:
+                frames = obs.get(cam)
+                if frames is None:
+                    raise DatasetError(f"{where}: field 'obs/{cam}' is missing; the policy observes cameras "
+                                       f"{list(policy.cameras)} (policy.cameras), the dataset has "
+                                       f"{sorted(k for k in obs if k != 'datagen_info')}")
+                if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) != len(act):
+                    raise DatasetError(f"{where}: field 'obs/{cam}' has shape {frames.shape} ({frames.dtype}): "
+                                       f"expected ({len(act)}, H, W, 3) uint8 images")
+                images[cam].append(_resize(frames, policy.image_size))
+            parts = []
+            for key in policy.proprio:
+                value = obs.get(key)
+                if value is None:
+                    raise DatasetError(f"{where}: field 'obs/{key}' is missing; the policy observes proprio "
+                                       f"{list(policy.proprio)} (policy.proprio)")
+                value = np.asarray(value, dtype=np.float32).reshape(len(act), -1)
+                if widths.setdefault(key, value.shape[1]) != value.shape[1]:
+                    raise DatasetError(f"{where}: field 'obs/{key}' has width {value.shape[1]}: expected "
+                                       f"{widths[key]} as in the file's other demos")
+                if not np.isfinite(value).all():
+                    raise DatasetError(f"{where}: field 'obs/{key}' is not finite")
+                parts.append(value)
+            proprio.append(np.concatenate(parts, axis=1) if parts else np.zeros((len(act), 0), np.float32))
+            actions.append(act.astype(np.float32))
+            starts.append(np.full(len(act), offset))
+            ends.append(np.full(len(act), offset + len(act) - 1))
+            offset += len(act)
+    return LoadedDataset(
+        path=str(path), domain=domain, weight=float(entry.weight),
+        images={c: np.concatenate(v) for c, v in images.items()},
+        proprio=np.concatenate(proprio), actions=np.concatenate(actions),
+        demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(reader.names))
+
+
+def check_compatible(datasets: list[LoadedDataset]) -> None:
+    """Every dataset of a mixture must give the policy the same proprio width."""
+    first = datasets[0]
+    for d in datasets[1:]:
+        if d.proprio.shape[1] != first.proprio.shape[1]:
+            raise DatasetError(f"{d.path}: proprio observations have width {d.proprio.shape[1]}, but {first.path} "
+                               f"has {first.proprio.shape[1]}: the datasets disagree on the observation keys")
+
+
+@dataclass
+class Stats:
+    """Per-dimension mean and std of proprio and actions (std floored at STD_FLOOR)."""
+
+    proprio_mean: np.ndarray
+    proprio_std: np.ndarray
+    action_mean: np.ndarray
+    action_std: np.ndarray
+
+
+def mixture_stats(datasets: list[LoadedDataset]) -> Stats:
+    """Statistics of the mixture as it is sampled: each dataset counts by its weight, not by its size."""
+    total = sum(d.weight for d in datasets)
+
+    def moments(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        mean = sum(d.weight / total * a.mean(axis=0, dtype=np.float64) for d, a in zip(datasets, arrays))
+        var = sum(d.weight / total * ((a - mean) ** 2).mean(axis=0) for d, a in zip(datasets, arrays))
+        return mean.astype(np.float32), np.maximum(np.sqrt(var), STD_FLOOR).astype(np.float32)
+
+    pm, ps = moments([d.proprio for d in datasets])
+    am, as_ = moments([d.actions for d in datasets])
+    return Stats(pm, ps, am, as_)
+
+
+class MixtureSampler:
+    """Draws batches: a dataset per sample by weight, then a step uniformly within it; domain labels kept."""
+
+    def __init__(self, datasets: list[LoadedDataset], chunk: int, batch_size: int, seed: int):
+        self.datasets = [d for d in datasets if d.weight > 0]
+        weights = np.array([d.weight for d in self.datasets])
+        self.p = weights / weights.sum()
+        self.chunk = chunk
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+        self.cameras = list(datasets[0].images)
+
+    def sample(self) -> dict[str, np.ndarray]:
+        which = self.rng.choice(len(self.datasets), size=self.batch_size, p=self.p)
+        out: dict = {"images": {c: [] for c in self.cameras}, "proprio": [], "actions": [], "domain": []}
+        order = []
+        for k, d in enumerate(self.datasets):
+            rows = np.flatnonzero(which == k)
+            if not len(rows):
+                continue
+            order.append(rows)
+            t = self.rng.integers(0, len(d), size=len(rows))
+            steps = np.minimum(t[:, None] + np.arange(self.chunk), d.demo_end[t][:, None])
+            for c in self.cameras:
+                out["images"][c].append(d.images[c][t])
+            out["proprio"].append(d.proprio[t])
+            out["actions"].append(d.actions[steps])
+            out["domain"].append(np.full(len(rows), DOMAINS.index(d.domain)))
+        # Restore the drawn order so a batch's composition does not depend on the datasets' order.
+        inverse = np.argsort(np.concatenate(order))
+        return {"images": {c: np.concatenate(v)[inverse] for c, v in out["images"].items()},
+                "proprio": np.concatenate(out["proprio"])[inverse],
+                "actions": np.concatenate(out["actions"])[inverse],
+                "domain": np.concatenate(out["domain"])[inverse]}
+
+    def state(self) -> dict:
+        return self.rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state
