@@ -113,10 +113,13 @@ def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], di
     return seen, planned, info
 
 
-def short_names(paths: list[str]) -> list[str]:
-    """Dataset labels for legends: the file names, or the full paths where names collide."""
-    names = [Path(p).name for p in paths]
-    return [p if names.count(n) > 1 else n for p, n in zip(paths, names)]
+def dataset_labels(paths: list[str], domains: list[str]) -> list[str]:
+    """Distinct dataset labels for legends and the report: the file name, made longer only where names collide
+    (the full path, then the domain, then the position)."""
+    labels = [Path(p).name for p in paths]
+    for widen in (lambda i: paths[i], lambda i: f"{paths[i]}:{domains[i]}", lambda i: f"{paths[i]}:{domains[i]}#{i}"):
+        labels = [widen(i) if labels.count(label) > 1 else label for i, label in enumerate(labels)]
+    return labels
 
 
 def plot(projection, pool, labels: list[str], title: str, path: Path) -> None:
@@ -145,7 +148,10 @@ def plot(projection, pool, labels: list[str], title: str, path: Path) -> None:
         ax.set_xlabel("t-SNE 1")
         ax.set_ylabel("t-SNE 2")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7, markerscale=2, loc="best")
+    legend = ax.legend(fontsize=7, loc="best")
+    for handle in legend.legend_handles[: len(labels)]:
+        handle.set_sizes([25])  # the data points' legend markers, readable next to their tiny plot markers
+        handle.set_alpha(1.0)
     fig.tight_layout()
     # Written under a temporary name and renamed: the final name never holds a half-written image.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -304,7 +310,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    labels = short_names(pool.names)
+    labels = dataset_labels(pool.names, pool.dataset_domains)
     result = report(args, pool, labels, attribution, planned, info, len(seen), projections)
     try:
         for p in projections:
