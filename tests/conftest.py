@@ -26,3 +26,28 @@ def real_demos(tmp_path_factory) -> Path:
     result = run_script("collect_real.py", "--num-demos", "8", "--output", str(out), "--cameras", "--seed", "0")
     assert result.returncode == 0, result.stderr
     return out
+
+
+@pytest.fixture(scope="session")
+def policy_datasets(tmp_path_factory) -> dict[str, Path]:
+    """A real and a simulated dataset with one small camera (right_wrist, 32x32), as a policy trains on: two
+    teleoperated demos from the twin and two planner trajectories from the grounded world."""
+    out = tmp_path_factory.mktemp("policy_data")
+    real, sim = out / "real.hdf5", out / "sim.hdf5"
+    result = run_script("collect_real.py", "--num-demos", "2", "--output", str(real), "--image-size", "32",
+                        "--cameras", "right_wrist", "--seed", "0")
+    assert result.returncode == 0, result.stderr
+    result = run_script("generate.py", "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0",
+                        "--num-trajectories", "2", "--output", str(sim), "--no-progress", "env.cameras=[right_wrist]",
+                        "env.image_size=[32,32]")
+    assert result.returncode == 0, result.stderr
+    return {"real": real, "sim": sim}
+
+
+def tiny_train_overrides(run_dir: Path, datasets: list[tuple[Path, float]], steps: int = 6) -> list[str]:
+    """train.py overrides for a tiny policy on `datasets` [(path, weight)] (right_wrist at 32x32)."""
+    listed = ", ".join(f"{{path: {p}, weight: {w}}}" for p, w in datasets)
+    return [f"run_dir={run_dir}", f"steps={steps}", "batch_size=8", "log_every=2", "checkpoint_every=3",
+            f"data.datasets=[{listed}]", "policy.cameras=[right_wrist]", "policy.image_size=[32,32]", "policy.dim=32",
+            "policy.heads=2", "policy.obs_layers=1", "policy.action_layers=1", "policy.chunk=8", "policy.execute=4",
+            "optim.warmup_steps=2", "threads=1"]
