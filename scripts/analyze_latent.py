@@ -68,6 +68,14 @@ def check_args(args: argparse.Namespace) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} = {getattr(args, name)}: expected an integer >= 1")
     if args.max_steps is not None and args.max_steps < 1:
         raise ConfigError(f"--max-steps = {args.max_steps}: expected an integer >= 1")
+    # Checked before the (slow) embedding rather than when the rollout's environment is made.
+    from r2s2r.tasks import TASKS
+    from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS
+
+    if args.task not in TASKS:
+        raise ConfigError(f"--task = {args.task!r}: unknown task ID; expected one of {', '.join(TASKS)}")
+    if args.condition not in CONDITIONS:
+        raise ConfigError(f"--condition = {args.condition!r}: expected one of {', '.join(CONDITIONS)}")
 
 
 def default_output(checkpoint: Path) -> Path:
@@ -86,9 +94,9 @@ def parse_dataset(text: str):
     return DatasetCfg(path=text)
 
 
-def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], dict]:
-    """One episode of the policy; returns the observations it acted on, whether each started a new chunk, and
-    the final info."""
+def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], dict, bool]:
+    """One episode of the policy; returns the observations it acted on, whether each started a new chunk, the
+    final info, and whether the episode ended (rather than being cut by --max-steps)."""
     import r2s2r.tasks as tasks
     from tqdm import tqdm
 
@@ -97,7 +105,7 @@ def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], di
         obs, info = env.reset(seed=args.seed)
         agent.reset(args.seed)
         limit = env.max_steps if args.max_steps is None else min(args.max_steps, env.max_steps)
-        seen, planned = [], []
+        seen, planned, ended = [], [], False
         for _ in tqdm(range(limit), desc=f"rollout {args.task}", unit="step"):
             # Only what the agent sees (no privileged state); copied since the env may reuse its buffers.
             view = {"proprio": {k: np.array(v) for k, v in obs["proprio"].items()},
@@ -107,10 +115,11 @@ def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], di
             seen.append(view)
             obs, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
+                ended = True
                 break
     finally:
         env.close()
-    return seen, planned, info
+    return seen, planned, info, ended
 
 
 def dataset_labels(paths: list[str], domains: list[str]) -> list[str]:
@@ -137,7 +146,7 @@ def plot(projection, pool, labels: list[str], title: str, path: Path) -> None:
                    linewidths=0)
     path_xy = projection.extra
     if len(path_xy):
-        ax.plot(*path_xy.T, color="black", linewidth=1.0, alpha=0.8, label=f"rollout ({len(path_xy)} steps)")
+        ax.plot(*path_xy.T, color="black", linewidth=0.7, alpha=0.7, label=f"rollout ({len(path_xy)} steps)")
         ax.scatter(*path_xy[0], color="black", marker="*", s=160, zorder=5, label="rollout start")
         ax.scatter(*path_xy[-1], color="black", marker="X", s=90, zorder=5, label="rollout end")
     detail = projection.info.get("explained_variance_ratio")
@@ -172,7 +181,7 @@ def write_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def report(args, pool, labels, attribution, planned, info, steps, projections) -> dict:
+def report(args, pool, labels, attribution, planned, info, ended, steps, projections) -> dict:
     per_step = []
     for t in range(steps):
         per_step.append({
@@ -194,7 +203,7 @@ def report(args, pool, labels, attribution, planned, info, steps, projections) -
         "pool": {"size": len(pool), "real": int((pool.domain == "real").sum()),
                  "sim": int((pool.domain == "sim").sum()), "real_share": pool.real_share},
         "rollout": {"steps": steps, "success": bool(info.get("success", False)), "failure": info.get("failure"),
-                    "cut": args.max_steps is not None and steps >= args.max_steps and not info.get("success"),
+                    "cut": not ended,
                     "mean_real_fraction": mean, "chance_real_fraction": pool.real_share,
                     "above_chance": mean - pool.real_share,
                     "steps_majority_real": int((attribution.real_fraction > 0.5).sum()),
@@ -289,16 +298,14 @@ def main(argv=None) -> int:
                 raise DatasetError(f"{d.path}: proprio observations have width {d.proprio.shape[1]}; the policy "
                                    f"was trained on width {payload['proprio_dim']} ({list(cfg.proprio)})")
             datasets.append(d)
-        out = Path(args.output) if args.output else default_output(args.checkpoint)
-        out.mkdir(parents=True, exist_ok=True)
+        size = sum(min(len(d), args.max_samples) for d in datasets)
+        if args.k > size:
+            raise ConfigError(f"--k = {args.k}: the datasets give only {size} data points; expected k <= {size}")
         pool = build_pool(policy, datasets, args.max_samples, args.sample_seed,
                           "own" if args.data_domain == "own" else "real", args.batch_size, progress=True)
-        if args.k > len(pool):
-            raise ConfigError(f"--k = {args.k}: the datasets give only {len(pool)} data points; expected k <= "
-                              f"{len(pool)}")
         # The agent acts with the same EMA weights that embedded the data.
         agent = PolicyAgent(policy, name=str(args.checkpoint), seed=args.seed)
-        seen, planned, info = rollout(agent, args)
+        seen, planned, info, ended = rollout(agent, args)
         images, proprio = stack_observations(seen, cfg)
         # The rollout is embedded as the deployed agent sees itself: on the real side.
         queries = embed(policy, images, proprio, None, args.batch_size, progress=True, desc="embed rollout")
@@ -311,8 +318,10 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     labels = dataset_labels(pool.names, pool.dataset_domains)
-    result = report(args, pool, labels, attribution, planned, info, len(seen), projections)
+    result = report(args, pool, labels, attribution, planned, info, ended, len(seen), projections)
+    out = Path(args.output) if args.output else default_output(args.checkpoint)
     try:
+        out.mkdir(parents=True, exist_ok=True)
         for p in projections:
             title = (f"{args.checkpoint} — {p.method.upper()} of encoder latents\nrollout: {args.task} "
                      f"({args.condition}, seed {args.seed}); mean real fraction of {args.k}-NN "

@@ -10,32 +10,25 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, run_script
 
 from r2s2r.cell.spec import ConfigError
 from r2s2r.policy.checkpoint import build_policy, load_checkpoint
 from r2s2r.policy.config import DOMAINS, train_cfg_from_mapping
 from r2s2r.policy.latent import attribute, build_pool, embed, embed_dataset, parse_methods, stack_observations
 from r2s2r.policy.train import Trainer
-from conftest import ROOT, run_script
 
 CAMERA = "right_wrist"
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> dict:
-    """Two twin demos (real), two planner-generated trajectories (sim), both at 32x32 with one camera, and a tiny
-    policy trained on them for 20 steps."""
+def trained(policy_datasets, tmp_path_factory) -> dict:
+    """The shared real and sim datasets (one camera at 32x32) and a tiny policy trained on them for 20 steps."""
     root = tmp_path_factory.mktemp("latent")
-    real, sim = root / "real.hdf5", root / "sim.hdf5"
-    result = run_script("collect_real.py", "--num-demos", "2", "--output", str(real), "--image-size", "32",
-                        "--cameras", CAMERA, "--seed", "0")
-    assert result.returncode == 0, result.stderr
-    result = run_script("generate.py", "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0",
-                        "--num-trajectories", "2", "--output", str(sim), f"env.cameras=[{CAMERA}]",
-                        "env.image_size=[32,32]", "--no-progress")
-    assert result.returncode == 0, result.stderr
+    real, sim = policy_datasets["real"], policy_datasets["sim"]
     cfg = train_cfg_from_mapping({
         "run_dir": str(root / "run"), "steps": 20, "batch_size": 16, "log_every": 10, "checkpoint_every": 20,
+        "threads": 1,
         "policy": {"cameras": [CAMERA], "image_size": [32, 32], "dim": 32, "heads": 2, "obs_layers": 1,
                    "action_layers": 1, "chunk": 8, "execute": 4, "flow_steps": 2},
         "data": {"datasets": [{"path": str(real), "weight": 0.5}, {"path": str(sim), "weight": 0.5}]}})
@@ -122,6 +115,7 @@ def test_script_runs_end_to_end(trained, tmp_path):
     assert data["pool"] == {"size": 200, "real": 100, "sim": 100, "real_share": 0.5}
     steps = data["per_step"]
     assert len(steps) == data["rollout"]["steps"] == 12
+    assert data["rollout"]["cut"] and not data["rollout"]["success"]  # stopped by --max-steps, not by the task
     assert [s["step"] for s in steps] == list(range(12))
     assert [s["new_chunk"] for s in steps] == [t % 4 == 0 for t in range(12)]  # execute = 4
     for s in steps:

@@ -26,10 +26,12 @@ from r2s2r.policy.model import FlowMatchingPolicy
 class PolicyAgent:
     """Wraps a `FlowMatchingPolicy` for closed-loop control."""
 
-    def __init__(self, policy: FlowMatchingPolicy, name: str = "policy", seed: int = 0, threads: int | None = 1):
+    def __init__(self, policy: FlowMatchingPolicy, name: str = "policy", seed: int = 0, threads: int | None = 1,
+                 device: str = "cpu"):
         if threads:
             torch.set_num_threads(threads)
-        self.policy = policy.eval()
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device).eval()
         self.cfg: PolicyCfg = policy.cfg
         self.name = name
         self.seed = seed
@@ -37,9 +39,10 @@ class PolicyAgent:
         self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike, ema: bool = True, seed: int = 0) -> PolicyAgent:
+    def from_checkpoint(cls, path: str | os.PathLike, ema: bool = True, seed: int = 0,
+                        device: str = "cpu") -> PolicyAgent:
         payload = load_checkpoint(path)
-        return cls(build_policy(payload, ema=ema), name=str(path), seed=seed)
+        return cls(build_policy(payload, ema=ema), name=str(path), seed=seed, device=device)
 
     @property
     def env_overrides(self) -> dict:
@@ -70,9 +73,10 @@ class PolicyAgent:
     def predict_chunk(self, obs: dict) -> np.ndarray:
         """One action chunk (chunk, 27) for `obs`."""
         images, proprio = self._inputs(obs)
-        tokens = self.policy.encode(images, proprio)
+        tokens = self.policy.encode({c: v.to(self.device) for c, v in images.items()}, proprio.to(self.device))
+        # Noise is drawn on the CPU, so a seed gives the same trial on any device.
         noise = torch.randn((1, self.cfg.chunk, self.cfg.action_dim), generator=self.generator)
-        return self.policy.sample(tokens, noise)[0].double().numpy()
+        return self.policy.sample(tokens, noise.to(self.device))[0].cpu().double().numpy()
 
     def act(self, obs: dict) -> np.ndarray:
         if not self.queue:

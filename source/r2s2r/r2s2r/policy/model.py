@@ -145,7 +145,7 @@ class FlowMatchingPolicy(nn.Module):
         x = noise
         steps = self.cfg.flow_steps
         for k in range(steps):
-            t = torch.full((x.shape[0],), k / steps)
+            t = torch.full((x.shape[0],), k / steps, device=x.device)
             x = x + self.velocity(x, t, obs_tokens) / steps
         return self.denormalize_actions(x)
 
