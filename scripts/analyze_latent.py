@@ -182,6 +182,8 @@ def write_text(path: Path, text: str) -> None:
 
 
 def report(args, pool, labels, attribution, planned, info, ended, steps, projections) -> dict:
+    from r2s2r.policy.latent import domain_separation
+
     per_step = []
     for t in range(steps):
         per_step.append({
@@ -209,9 +211,18 @@ def report(args, pool, labels, attribution, planned, info, ended, steps, project
                     "steps_majority_real": int((attribution.real_fraction > 0.5).sum()),
                     "mean_dataset_fraction": {labels[i]: float(attribution.per_dataset[:, i].mean())
                                               for i in range(len(labels))}},
+        "domain_separation": domain_separation(pool),
         "projections": {p.method: p.info for p in projections},
         "per_step": per_step,
     }
+
+
+def _separation_lines(sep: dict) -> list[str]:
+    if sep["mmd"] is None:
+        return [f"Not measured: the pool needs both domains ({sep['real']} real, {sep['sim']} sim points)."]
+    return [f"- Squared MMD between real and simulated latents: {sep['mmd']:.4f} (what the alignment loss pulls down)",
+            f"- Linear probe telling real from simulated latents, balanced accuracy (5-fold): "
+            f"{sep['probe_balanced_accuracy']:.1%} (50 % = indistinguishable)"]
 
 
 def markdown(result: dict) -> str:
@@ -242,6 +253,10 @@ def markdown(result: dict) -> str:
         "",
         "Mean share of neighbours per dataset: " + ", ".join(f"{k} {v:.1%}" for k, v in
                                                              r["mean_dataset_fraction"].items()) + ".",
+        "",
+        "## Domain separation",
+        "",
+        *_separation_lines(result["domain_separation"]),
         "",
         "## Caveats",
         "",

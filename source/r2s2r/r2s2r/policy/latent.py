@@ -251,3 +251,30 @@ def attribute(queries: np.ndarray, pool: LatentPool, k: int = 10) -> Attribution
         if len(queries) else np.zeros((0, len(pool.names)))
     return Attribution(k, neighbours, distances, real.mean(axis=1) if len(queries) else np.zeros(0),
                        per_dataset, pool.real_share)
+
+
+def domain_separation(pool: LatentPool, max_per_domain: int = 1000, seed: int = 0) -> dict:
+    """How far apart the real and the simulated latents are: the squared MMD between them (the quantity the
+    co-training alignment loss pulls down) and the balanced accuracy of a linear probe telling them apart
+    (5-fold cross-validated; 0.5 is indistinguishable). None for both when the pool lacks either domain."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from r2s2r.policy.model import mmd
+
+    real, sim = np.flatnonzero(pool.domain == "real"), np.flatnonzero(pool.domain == "sim")
+    if min(len(real), len(sim)) < 5:
+        return {"mmd": None, "probe_balanced_accuracy": None, "real": len(real), "sim": len(sim)}
+    rng = np.random.default_rng(seed)
+    real = rng.permutation(real)[:max_per_domain]
+    sim = rng.permutation(sim)[:max_per_domain]
+    x = pool.latents[np.concatenate([real, sim])]
+    y = np.r_[np.zeros(len(real)), np.ones(len(sim))]
+    with torch.no_grad():
+        distance = float(mmd(torch.from_numpy(x[: len(real)]), torch.from_numpy(x[len(real):])))
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    accuracy = cross_val_score(probe, x, y, cv=5, scoring="balanced_accuracy")
+    return {"mmd": distance, "probe_balanced_accuracy": float(accuracy.mean()), "real": len(real), "sim": len(sim)}
