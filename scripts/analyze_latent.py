@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
+from r2s2r.files import atomic_path, write_text_atomic  # noqa: E402
 
 TWIN = "R2S2R-PickSort-Real-v0"
 
@@ -163,22 +164,11 @@ def plot(projection, pool, labels: list[str], title: str, path: Path) -> None:
         handle.set_alpha(1.0)
     fig.tight_layout()
     # Written under a temporary name and renamed: the final name never holds a half-written image.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
-        tmp.unlink(missing_ok=True)
-
-
-def write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def report(args, pool, labels, attribution, planned, info, ended, steps, projections) -> dict:
@@ -342,8 +332,8 @@ def main(argv=None) -> int:
                      f"({args.condition}, seed {args.seed}); mean real fraction of {args.k}-NN "
                      f"{attribution.mean_real_fraction:.0%} vs chance {pool.real_share:.0%}")
             plot(p, pool, labels, title, out / f"latent_{p.method}.png")
-        write_text(out / "attribution.json", json.dumps(result, indent=1))
-        write_text(out / "attribution.md", markdown(result))
+        write_text_atomic(out / "attribution.json", json.dumps(result, indent=1))
+        write_text_atomic(out / "attribution.md", markdown(result))
     except OSError as e:
         print(f"error: cannot write to {str(out)!r}: {e}", file=sys.stderr)
         return 2

@@ -107,13 +107,13 @@ def _fmt(value) -> str:
 
 
 def write_ranking(out: Path, report: dict) -> None:
+    from r2s2r.files import write_text_atomic
+
     lines = ["# Sim as evaluator: does sim rank the policies as the real side does?", "",
              "| sim task | Pearson r | Spearman rho | MMRV (lower is better) |", "|---|---:|---:|---:|"]
     lines += [f"| {t} | {_fmt(r['pearson'])} | {_fmt(r['spearman'])} | {r['mmrv']:.3f} |" for t, r in report.items()]
     for path, text in ((out / "ranking.json", json.dumps(report, indent=2)), (out / "ranking.md", "\n".join(lines))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, text + "\n")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.files import write_text_atomic
 from r2s2r.tasks import REAL_TASK
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
@@ -152,9 +152,7 @@ class StageLog:
 
     def record(self, name: str, **values) -> None:
         self.entries[name] = {**self.entries.get(name, {}), **values}
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps(self.entries, indent=2))
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(self.entries, indent=2))
 
 
 def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) -> bool:
@@ -203,12 +201,6 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
                 if s.name not in failed and any(d in failed for d in s.after):
                     failed.add(s.name)
     return not failed
-
-
-def check_scale(name: str) -> Scale:
-    if name not in SCALES:
-        raise ConfigError(f"scale = {name!r}: expected one of {', '.join(SCALES)}")
-    return SCALES[name]
 
 
 def _summaries(run_dir: Path, task: str, names: list[str]) -> dict[str, dict]:
@@ -273,7 +265,5 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
         lines += [f"| {n} | {e.get('wall_s', '')} |" for n, e in stages.items()]
     for path, text in ((out_dir / "experiment.json", json.dumps(result, indent=2)),
                        (out_dir / "experiment.md", "\n".join(lines))):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, text + "\n")
     return result

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from r2s2r.cell.spec import ConfigError
 from r2s2r.evaluation.stats import wilson_interval
+from r2s2r.files import write_text_atomic
 from r2s2r.real.interface import RealCell
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS
 
@@ -128,18 +129,6 @@ def _check_trials(trials: Iterable[Trial]) -> list[Trial]:
     return checked
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _load_rows(path: Path) -> list[dict]:
     """The complete rows of a results file; a last line cut off by an interruption is dropped from the file."""
     if not path.exists():
@@ -165,7 +154,7 @@ def _load_rows(path: Path) -> list[dict]:
         # rewritten without it so that the next row starts on a line of its own.
         warnings.warn(f"{path}: dropping an incomplete last line (an interrupted write); that trial will be rerun",
                       RuntimeWarning, stacklevel=3)
-        _write_atomic(path, "".join(line + "\n" for line in complete))
+        write_text_atomic(path, "".join(line + "\n" for line in complete))
     return rows
 
 

@@ -6,34 +6,15 @@ import json
 import math
 import numbers
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
 from r2s2r.cell.spec import ConfigError
 from r2s2r.evaluation.protocol import GROUPS
+from r2s2r.files import atomic_path, write_text_atomic
 from r2s2r.evaluation.stats import correlation_undefined, mmrv, pearson, spearman
-
-
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write through `write(tmp)` to a temporary name next to `path`, then move it into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _write_text(path: Path, text: str) -> None:
-    def write(tmp: Path) -> None:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-
-    _atomic(path, write)
 
 
 def _check_summaries(summaries: object) -> None:
@@ -107,10 +88,8 @@ def _plot(path: Path, summaries: Mapping[str, Mapping], title: str) -> None:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # outside: never over a bar
     fig.tight_layout()
 
-    def write(tmp: Path) -> None:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
-
-    _atomic(path, write)
 
 
 def write_report(out_dir: str | os.PathLike, summaries: dict[str, dict], title: str) -> dict[str, Path]:
@@ -124,8 +103,8 @@ def write_report(out_dir: str | os.PathLike, summaries: dict[str, dict], title: 
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "results.json", "markdown": out / "results.md", "plot": out / "results.png"}
     payload = {"title": title, "groups": list(GROUPS), "policies": {p: dict(s) for p, s in summaries.items()}}
-    _write_text(paths["json"], json.dumps(payload, indent=2) + "\n")
-    _write_text(paths["markdown"], _markdown(summaries, title))
+    write_text_atomic(paths["json"], json.dumps(payload, indent=2) + "\n")
+    write_text_atomic(paths["markdown"], _markdown(summaries, title))
     _plot(paths["plot"], summaries, title)
     return paths
 

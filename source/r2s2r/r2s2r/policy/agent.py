@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, train_cfg_of
+from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint
 from r2s2r.policy.config import PolicyCfg
 from r2s2r.policy.model import FlowMatchingPolicy
 
@@ -86,7 +86,3 @@ class PolicyAgent:
     def __call__(self, obs: dict) -> np.ndarray:
         return self.act(obs)
 
-
-def checkpoint_policy_cfg(path: str | os.PathLike) -> PolicyCfg:
-    """The policy config (observation set included) a checkpoint was trained with."""
-    return train_cfg_of(load_checkpoint(path)).policy

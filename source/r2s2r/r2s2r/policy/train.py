@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 import yaml
 from tqdm import tqdm
 
+from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import (CheckpointError, cfg_dict, check_observation_set, load_checkpoint,
                                      save_checkpoint)
 from r2s2r.policy.config import DOMAINS, TrainCfg
@@ -148,7 +148,7 @@ class Trainer:
     def run(self, progress: bool = True) -> TrainResult:
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(cfg), sort_keys=False))
+        write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(cfg), sort_keys=False))
         final = self.run_dir / "policy.pt"
         if self.step >= cfg.steps and final.exists():
             return TrainResult(final, self.step, float("nan"), 0.0, self.resumed_from)
@@ -178,22 +178,6 @@ class Trainer:
         return TrainResult(final, self.step, last.get("loss", float("nan")), speed, self.resumed_from)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def train(cfg: TrainCfg, progress: bool = True) -> TrainResult:
     return Trainer(cfg).run(progress)
 
-
-def finished(run_dir: str | os.PathLike, cfg: TrainCfg | None = None) -> bool:
-    """Whether `run_dir` holds a finished run (of `cfg`, when given: same config and at least its steps)."""
-    final = Path(run_dir) / "policy.pt"
-    if not final.exists():
-        return False
-    if cfg is None:
-        return True
-    payload = load_checkpoint(final)
-    return _comparable(payload["cfg"]) == _comparable(cfg_dict(cfg)) and payload["step"] >= cfg.steps
