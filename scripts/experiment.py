@@ -3,7 +3,7 @@ real-only baseline and the co-trained policies, the real-side evaluation, and th
 
 Examples:
   python scripts/experiment.py --scale smoke                # minutes: checks the pipeline makes the full table
-  python scripts/experiment.py --scale medium --jobs 2      # 100 real + 150 sim per configuration, 50 trials
+  python scripts/experiment.py --scale medium --jobs 2      # 100 real + 100 sim per configuration, 50 trials
   python scripts/experiment.py --scale paper --run-dir /data/r2s2r/paper   # the study's scale, over several runs
 
 Scales (r2s2r/experiment.py SCALES): smoke, medium, paper (100 real + 1,500 simulated per configuration, the
