@@ -18,6 +18,7 @@ from r2s2r.policy.checkpoint import CheckpointError
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import MixtureSampler, load_dataset
 from r2s2r.policy.train import Trainer
+from r2s2r.real.twin import TwinCell
 
 
 def cfg_for(tmp_path, policy_datasets, steps=6, extra=(), weights=(0.5, 0.5)):
@@ -71,6 +72,25 @@ def test_images_are_resized_to_the_policys_size(tmp_path, policy_datasets):
     # Area resizing: each output pixel is the mean of a 2x2 block of the source.
     block = full.reshape(16, 2, 16, 2, 3).mean(axis=(1, 3))
     assert np.abs(data.images["right_wrist"][0] - block).max() <= 1.0
+
+
+def test_the_twin_shows_a_deployed_policy_what_it_was_trained_on(tmp_path, policy_datasets):
+    """Reset at a recorded demo's seed, the twin's first observation is the demo's first training sample, image and
+    proprio alike: what the policy trains on and what it sees when played agree (camera, size, keys, order)."""
+    cfg = cfg_for(tmp_path, policy_datasets)
+    data = load_dataset(cfg.data.datasets[0], cfg.policy)
+    with DemoReader(policy_datasets["real"]) as reader:
+        attrs = reader.attrs(reader.names[0])
+    cell = TwinCell(cameras=tuple(cfg.policy.cameras), image_size=tuple(cfg.policy.image_size))
+    try:
+        live = cell.reset(condition=attrs["condition"], seed=attrs["seed"])
+    finally:
+        cell.close()
+    trained = observation(data, 0)
+    np.testing.assert_array_equal(live["images"]["right_wrist"], trained["images"]["right_wrist"])
+    for key in cfg.policy.proprio:
+        np.testing.assert_allclose(np.ravel(live["proprio"][key]), trained["proprio"][key], rtol=0, atol=1e-6,
+                                   err_msg=key)
 
 
 def test_checkpoint_loads_back_to_identical_actions(tmp_path, policy_datasets):
