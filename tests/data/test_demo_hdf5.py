@@ -177,6 +177,30 @@ def test_resume_after_kill_9_mid_demo(tmp_path):
         assert [reader.attrs(n)["seed"] for n in reader.names] == [0, 1, 3]
 
 
+def test_kill_9_while_creating_the_file_leaves_nothing_to_resume(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    # SIGKILL after HDF5 has written the file's first bytes but before its metadata is complete on disk.
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        import h5py
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_demo_hdf5 import ENV, ENV_ARGS
+        from r2s2r.data import DemoWriter
+        def dying(self, *args, **kwargs):
+            os.kill(os.getpid(), signal.SIGKILL)
+        h5py.Group.create_group = dying
+        DemoWriter({str(path)!r}, ENV, ENV_ARGS)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert not path.with_name("demos.hdf5.partial").exists()
+    with DemoWriter(path, ENV, ENV_ARGS) as writer:
+        assert writer.num_demos == 0
+        writer.append(make_demo(0), attrs_for(0))
+    with DemoReader(path) as reader:
+        assert [reader.attrs(n)["seed"] for n in reader.names] == [0]
+
+
 def test_nan_action_is_rejected_naming_demo_and_field(tmp_path):
     demo = make_demo(0)
     demo["actions"][4, 9] = np.nan

@@ -212,16 +212,19 @@ class DemoWriter:
 
     # -- opening -----------------------------------------------------------------------------------------------
     def _create(self) -> None:
-        f = h5py.File(self.partial, "w")
-        f.attrs["format_version"] = FORMAT_VERSION
-        f.attrs["r2s2r_writer"] = WRITER_TAG
-        f.attrs["quaternion_layout"] = QUATERNION_LAYOUT
-        f.attrs[STATE_ATTR] = "partial"
-        data = f.create_group("data")
-        data.attrs["total"] = 0
-        data.attrs["env_args"] = json.dumps(self.env_args)
-        f.flush()
-        self._file = f
+        # Built and closed under a temporary name, then renamed: a process killed before HDF5 has written the
+        # file's first complete metadata would otherwise leave a truncated `.partial` that no run can reopen.
+        tmp = self.partial.with_name(self.partial.name + ".new")
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format_version"] = FORMAT_VERSION
+            f.attrs["r2s2r_writer"] = WRITER_TAG
+            f.attrs["quaternion_layout"] = QUATERNION_LAYOUT
+            f.attrs[STATE_ATTR] = "partial"
+            data = f.create_group("data")
+            data.attrs["total"] = 0
+            data.attrs["env_args"] = json.dumps(self.env_args)
+        os.replace(tmp, self.partial)
+        self._file = h5py.File(self.partial, "a")
 
     def _reopen(self) -> None:
         try:
