@@ -39,6 +39,8 @@ from typing import Any, NamedTuple
 import h5py
 import numpy as np
 
+from r2s2r.files import atomic_path
+
 FORMAT_VERSION = 1
 ACTION_DIM = 27
 ENV_TYPE_GYM = 2  # robomimic's EnvType.GYM_TYPE, what Isaac Lab writes
@@ -201,9 +203,8 @@ class DemoWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume and not self.partial.exists() and self.path.exists():
             # Copy under a temporary name first: a copy cut short must not pass for a resumable partial file.
-            tmp = self.partial.with_name(self.partial.name + ".copy")
-            shutil.copyfile(self.path, tmp)
-            os.replace(tmp, self.partial)
+            with atomic_path(self.partial) as tmp:
+                shutil.copyfile(self.path, tmp)
             self._untouched_copy = True
         if resume and self.partial.exists():
             self._reopen()
@@ -214,8 +215,7 @@ class DemoWriter:
     def _create(self) -> None:
         # Built and closed under a temporary name, then renamed: a process killed before HDF5 has written the
         # file's first complete metadata would otherwise leave a truncated `.partial` that no run can reopen.
-        tmp = self.partial.with_name(self.partial.name + ".new")
-        with h5py.File(tmp, "w") as f:
+        with atomic_path(self.partial) as tmp, h5py.File(tmp, "w") as f:
             f.attrs["format_version"] = FORMAT_VERSION
             f.attrs["r2s2r_writer"] = WRITER_TAG
             f.attrs["quaternion_layout"] = QUATERNION_LAYOUT
@@ -223,7 +223,6 @@ class DemoWriter:
             data = f.create_group("data")
             data.attrs["total"] = 0
             data.attrs["env_args"] = json.dumps(self.env_args)
-        os.replace(tmp, self.partial)
         self._file = h5py.File(self.partial, "a")
 
     def _reopen(self) -> None:

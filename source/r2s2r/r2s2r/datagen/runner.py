@@ -29,6 +29,7 @@ from r2s2r.behavior import make_generator
 from r2s2r.data.hdf5 import DatasetError, DemoReader, DemoWriter
 from r2s2r.datagen.config import GenerateCfg
 from r2s2r.datagen.worker import Attempt, ChunkResult, ChunkSpec, close_workers, run_chunk, shard_result
+from r2s2r.files import write_text_atomic
 
 
 @dataclass
@@ -141,9 +142,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     shards.mkdir(parents=True, exist_ok=True)
     run_file = shards / "run.json"
     if not run_file.exists():
-        tmp = run_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(_config_key(cfg), indent=1))
-        os.replace(tmp, run_file)
+        write_text_atomic(run_file, json.dumps(_config_key(cfg), indent=1))
 
     want, size = cfg.datagen.num_trajectories, cfg.datagen.chunk_size
     max_chunks = -(-cfg.datagen.attempt_limit // size)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from r2s2r.cell.spec import ConfigError
+from r2s2r.files import atomic_path
 from r2s2r.policy.config import PolicyCfg, TrainCfg, train_cfg_from_mapping
 from r2s2r.policy.model import FlowMatchingPolicy
 
@@ -35,9 +36,8 @@ def cfg_dict(cfg: TrainCfg) -> dict:
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save({"format": FORMAT, **payload}, tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        torch.save({"format": FORMAT, **payload}, tmp)
     return path
 
 
