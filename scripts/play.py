@@ -104,9 +104,9 @@ def main(argv=None) -> int:
     view = {"cameras": tuple(args.cameras.split(",")), "image_size": (args.size, args.size)}
     try:
         if args.checkpoint is not None:
-            from r2s2r.policy.agent import PolicyAgent
+            from r2s2r.policy.agent import load_agent
 
-            agent = PolicyAgent.from_checkpoint(args.checkpoint, seed=args.seed)
+            agent = load_agent(args.checkpoint, seed=args.seed)
             view = agent.env_overrides
         env = tasks.make(args.task, condition=args.condition, physics=args.physics, renderer=args.renderer, **view)
     except ConfigError as e:

@@ -1,4 +1,5 @@
-"""Co-train the flow-matching transformer policy (Hydra app; configs/train/config.yaml).
+"""Co-train a policy (Hydra app; configs/train/config.yaml): the flow-matching transformer, or the object-centric
+policy with `policy.kind=object_centric`.
 
 Examples:
   python scripts/train.py data=real_only run_dir=outputs/train/real_only
@@ -26,10 +27,11 @@ from r2s2r.data.hdf5 import DatasetError
 def main(composed: DictConfig) -> None:
     from r2s2r.policy.config import train_cfg_from_mapping
     from r2s2r.policy.train import train
+    from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 
     try:
         cfg = train_cfg_from_mapping(OmegaConf.to_container(composed, resolve=True))
-        result = train(cfg)
+        result = ObjectCentricTrainer(cfg).run() if cfg.policy.kind == "object_centric" else train(cfg)
     except (ConfigError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

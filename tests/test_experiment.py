@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from conftest import run_script
 
 from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies
@@ -57,3 +59,17 @@ def test_a_failed_stage_stops_its_dependents_and_names_its_log(tmp_path):
     assert "[FAILED] sim_wg_bg" in result.stdout and "logs/sim_wg_bg.log" in result.stdout
     assert "[start] train_wg_bg" not in result.stdout  # depends on a failed stage
     assert "some stages failed" in result.stderr
+
+
+@pytest.mark.parametrize("scale_name", sorted(SCALES))
+def test_every_scales_training_stages_compose_a_valid_config(tmp_path, scale_name):
+    """A scale's train.py overrides (policy kind, sizes, the alignment option) are checked without running it."""
+    from r2s2r.policy.config import compose_train_cfg
+
+    stages = [s for s in plan(tmp_path, SCALES[scale_name]) if s.name.startswith("train_")]
+    assert {s.name for s in stages} == {f"train_{n}" for n in policies(SCALES[scale_name])}
+    for stage in stages:
+        cfg = compose_train_cfg(stage.command[2:])
+        assert list(cfg.policy.cameras) == list(SCALES[scale_name].cameras)
+        if stage.name == "train_wg_bg_align":
+            assert cfg.cotrain.alignment_weight > 0

@@ -13,7 +13,7 @@ from conftest import run_script, tiny_train_overrides
 from r2s2r.cell.spec import ConfigError
 from r2s2r.data import DatasetError, DemoReader, DemoWriter
 from r2s2r.evaluation.protocol import condition_counts
-from r2s2r.policy.agent import PolicyAgent
+from r2s2r.policy.agent import PolicyAgent, load_agent
 from r2s2r.policy.checkpoint import CheckpointError
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import MixtureSampler, load_dataset
@@ -100,7 +100,7 @@ def test_checkpoint_loads_back_to_identical_actions(tmp_path, policy_datasets):
     result = trainer.run(progress=False)
     data = trainer.datasets[0]
     obs = observation(data, 5)
-    a, b = PolicyAgent.from_checkpoint(result.checkpoint, seed=3), PolicyAgent.from_checkpoint(result.checkpoint, seed=3)
+    a, b = load_agent(result.checkpoint, seed=3), load_agent(result.checkpoint, seed=3)
     chunk = a.predict_chunk(obs)
     np.testing.assert_array_equal(chunk, b.predict_chunk(obs))
     assert chunk.shape == (8, 27)
@@ -223,7 +223,7 @@ def test_a_checkpoint_from_another_observation_set_is_refused(tmp_path, policy_d
     with pytest.raises(CheckpointError, match=r"another observation set: policy.image_size = \[32, 32\] in the "
                                               r"checkpoint, \[16, 16\] here"):
         Trainer(other)
-    agent = PolicyAgent.from_checkpoint(checkpoint)
+    agent = load_agent(checkpoint)
     data = load_dataset(cfg.data.datasets[0], cfg.policy)
     obs = observation(data, 0)
     obs["images"] = {"right_wrist": np.zeros((64, 64, 3), np.uint8)}

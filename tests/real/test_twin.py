@@ -34,6 +34,8 @@ def test_belt_runs_at_the_true_scale_of_its_set_point():
     cell = TwinCell(cameras=())
     obs = cell.reset(seed=1)
     commanded = cell.env.belt_speed
+    # What the cell's controller knows (and a policy may observe) is the set point, not the truth.
+    assert obs["proprio"]["belt_setpoint"][0] == commanded
     x0 = obs["tracking"]["object_pos"][0]
     for _ in range(20):  # 1 s
         obs = cell.act(np.concatenate([obs["proprio"]["ee_pose"], np.zeros(20)])).obs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from r2s2r.evaluation.protocol import make_protocol, run_trials, summarize
 from r2s2r.evaluation.report import ranking_report, write_report
-from r2s2r.policy.agent import PolicyAgent
+from r2s2r.policy.agent import load_agent
 from r2s2r.real.twin import make_cell
 from r2s2r.tasks import REAL_TASK
 
@@ -23,7 +23,7 @@ def trials_path(out_dir: str | os.PathLike, task: str, policy: str) -> Path:
 def evaluate_checkpoint(checkpoint: str | os.PathLike, task: str, num_trials: int, results: str | os.PathLike,
                         max_steps: int | None = None, progress: bool = True) -> list[dict]:
     """Run the protocol's `num_trials` trials of `checkpoint` in `task`; rows appended to `results`."""
-    agent = PolicyAgent.from_checkpoint(checkpoint)
+    agent = load_agent(checkpoint)
     cell = make_cell(task, **agent.env_overrides)
     try:
         return run_trials(cell, agent, make_protocol(num_trials), results, progress=progress, max_steps=max_steps)

@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint
+from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, train_cfg_of
 from r2s2r.policy.config import PolicyCfg
 from r2s2r.policy.model import FlowMatchingPolicy
 
@@ -37,12 +37,6 @@ class PolicyAgent:
         self.seed = seed
         self.queue: deque[np.ndarray] = deque()
         self.generator = torch.Generator().manual_seed(seed)
-
-    @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike, ema: bool = True, seed: int = 0,
-                        device: str = "cpu") -> PolicyAgent:
-        payload = load_checkpoint(path)
-        return cls(build_policy(payload, ema=ema), name=str(path), seed=seed, device=device)
 
     @property
     def env_overrides(self) -> dict:
@@ -86,3 +80,20 @@ class PolicyAgent:
     def __call__(self, obs: dict) -> np.ndarray:
         return self.act(obs)
 
+
+def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
+    """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`."""
+    payload = load_checkpoint(path)
+    if payload.get("kind") != "object_centric":
+        return PolicyAgent(build_policy(payload), name=str(path), seed=seed, device=device)
+    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy
+
+    cfg = train_cfg_of(payload)
+    oc = cfg.object_centric
+    policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
+                                 oc.hidden, oc.dropout)
+    try:
+        policy.load_state_dict(payload["model"])
+    except (KeyError, RuntimeError) as e:
+        raise CheckpointError(f"checkpoint {str(path)!r}: its weights do not fit its config ({e})") from None
+    return ObjectCentricAgent(policy, cfg.policy, oc.control_hz, name=str(path))

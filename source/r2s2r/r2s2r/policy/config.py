@@ -13,21 +13,28 @@ from typing import Any
 from r2s2r.cell.spec import ConfigError
 from r2s2r.overrides import apply_overrides
 
-PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose")
+PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")  # what a policy may observe
+DEFAULT_PROPRIO = PROPRIO_KEYS[:4]  # the flow transformer's (the robot's own state)
+POLICY_KINDS = ("flow_transformer", "object_centric")
 DOMAINS = ("real", "sim")
 
 
 @dataclass(frozen=True)
 class PolicyCfg:
-    """The flow-matching transformer policy: what it observes and how big it is.
+    """The policy: what it observes, which kind it is and how big.
+
+    `kind`: "flow_transformer" (the study's policy: images and proprio to flow-matched action chunks) or
+    "object_centric" (`r2s2r.policy.object_centric`: an object estimator on `cameras[0]`, a belt-aware tracker and
+    an L1 action-chunk head; `dim`..`flow_steps` do not apply to it, `ObjectCentricCfg` sizes it).
 
     The observation set (`cameras`, `image_size`, `proprio`) is part of a checkpoint's identity: a checkpoint only
     plays in an environment that renders the same cameras at the same size.
     """
 
+    kind: str = "flow_transformer"
     cameras: tuple[str, ...] = ("head_left", "right_wrist")
     image_size: tuple[int, int] = (64, 64)  # (height, width); dataset images of another size are resized (area)
-    proprio: tuple[str, ...] = PROPRIO_KEYS
+    proprio: tuple[str, ...] = DEFAULT_PROPRIO
     action_dim: int = 27
     chunk: int = 16  # actions predicted per inference (action chunk)
     execute: int = 8  # of which this many are executed before predicting again (receding horizon)
@@ -42,6 +49,11 @@ class PolicyCfg:
     domain_embedding: bool = False
 
     def validate(self) -> PolicyCfg:
+        if self.kind not in POLICY_KINDS:
+            raise ConfigError(f"policy.kind = {self.kind!r}: expected one of {', '.join(POLICY_KINDS)}")
+        if self.kind == "object_centric" and not self.cameras:
+            raise ConfigError("policy.cameras is empty: the object-centric policy estimates the object from "
+                              "cameras[0]")
         if not self.cameras and not self.proprio:
             raise ConfigError("policy: cameras and proprio are both empty; expected at least one observation")
         bad = [k for k in self.proprio if k not in PROPRIO_KEYS]
@@ -61,7 +73,8 @@ class PolicyCfg:
 
     def observation_set(self) -> dict:
         """What a checkpoint must be given at deployment."""
-        return {"cameras": list(self.cameras), "image_size": list(self.image_size), "proprio": list(self.proprio)}
+        return {"kind": self.kind, "cameras": list(self.cameras), "image_size": list(self.image_size),
+                "proprio": list(self.proprio)}
 
 
 @dataclass(frozen=True)
@@ -104,6 +117,39 @@ class CotrainCfg:
 
 
 @dataclass(frozen=True)
+class ObjectCentricCfg:
+    """Training of the object-centric policy (`policy.kind=object_centric`); `steps` counts its head's steps."""
+
+    estimator_steps: int = 3000
+    estimator_batch: int = 64
+    head_batch: int = 256
+    keypoints: int = 16
+    hidden: int = 512  # head width
+    dropout: float = 0.1
+    # Photometric augmentation of the estimator's images, 1.0 = sized to the study's lighting shift; 0 turns it off.
+    lighting_augmentation: float = 1.0
+    # Gaussian noise (m) on the tracked object position the head is trained on: its inputs at deployment come
+    # from held-out images, which the estimator places less precisely than the ones it was trained on.
+    state_noise: float = 0.005
+    control_hz: float = 20.0  # the rate the tracker is stepped at (the task's control rate)
+    # Demos of the first dataset kept out of training to measure the estimator's error (perception.json).
+    holdout_demos: int = 0
+
+    def validate(self) -> ObjectCentricCfg:
+        for name in ("estimator_steps", "estimator_batch", "head_batch", "keypoints", "hidden"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"object_centric.dropout = {self.dropout}: expected in [0, 1)")
+        for name in ("lighting_augmentation", "state_noise", "holdout_demos"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 0")
+        if self.control_hz <= 0:
+            raise ConfigError(f"object_centric.control_hz = {self.control_hz}: expected > 0")
+        return self
+
+
+@dataclass(frozen=True)
 class TrainCfg:
     run_dir: str = "outputs/train/run"
     seed: int = 0
@@ -116,9 +162,11 @@ class TrainCfg:
     data: DataCfg = field(default_factory=DataCfg)
     optim: OptimCfg = field(default_factory=OptimCfg)
     cotrain: CotrainCfg = field(default_factory=CotrainCfg)
+    object_centric: ObjectCentricCfg = field(default_factory=ObjectCentricCfg)
 
     def validate(self) -> TrainCfg:
         self.policy.validate()
+        self.object_centric.validate()
         for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} = {getattr(self, name)}: expected >= 1")

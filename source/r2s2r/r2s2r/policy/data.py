@@ -36,6 +36,9 @@ class LoadedDataset:
     demo_end: np.ndarray  # (N,) index of the last step of the demo each step belongs to
     demo_start: np.ndarray  # (N,) index of its first step
     num_demos: int
+    # (N, 11) per-frame object labels from obs/datagen_info (`object_centric.frame_labels`); only for policies that
+    # learn them.
+    labels: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -62,7 +65,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         if domain not in DOMAINS:
             raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
         images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
-        proprio, actions, starts, ends = [], [], [], []
+        proprio, actions, starts, ends, labels = [], [], [], [], []
         offset = 0
         widths: dict[str, int] = {}
         for name in reader.names:
@@ -101,6 +104,8 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
                     raise DatasetError(f"{where}: field 'obs/{key}' is not finite")
                 parts.append(value)
             proprio.append(np.concatenate(parts, axis=1) if parts else np.zeros((len(act), 0), np.float32))
+            if policy.kind == "object_centric":
+                labels.append(_labels(obs, len(act), where))
             actions.append(act.astype(np.float32))
             starts.append(np.full(len(act), offset))
             ends.append(np.full(len(act), offset + len(act) - 1))
@@ -109,7 +114,23 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         path=str(path), domain=domain, weight=float(entry.weight),
         images={c: np.concatenate(v) for c, v in images.items()},
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
-        demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(reader.names))
+        demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(reader.names),
+        labels=np.concatenate(labels) if labels else None)
+
+
+def _labels(obs: dict, steps: int, where: str) -> np.ndarray:
+    from r2s2r.policy.object_centric import LABEL_FIELDS, frame_labels
+
+    info = obs.get("datagen_info", {})
+    for key, width in LABEL_FIELDS.items():
+        value = info.get(key)
+        if value is None:
+            raise DatasetError(f"{where}: field 'obs/datagen_info/{key}' is missing; the object-centric policy "
+                               f"learns the object's state from it")
+        if np.shape(value) != (steps, width) or not np.isfinite(value).all():
+            raise DatasetError(f"{where}: field 'obs/datagen_info/{key}' has shape {np.shape(value)}: expected "
+                               f"({steps}, {width}) finite values")
+    return frame_labels(info)
 
 
 def check_compatible(datasets: list[LoadedDataset]) -> None:

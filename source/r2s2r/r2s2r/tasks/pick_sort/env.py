@@ -5,7 +5,7 @@ its colour. Actions are absolute targets at `control_hz`: the right hand's grasp
 w,x,y,z) plus 20 hand-joint targets, converted to arm joint targets by differential IK (`action_mode="ee_pose"`),
 or 7 arm + 20 hand joint targets (`action_mode="joint"`). The left arm holds its home posture.
 
-Observations: `proprio` (what the robot measures), `images` (rendered cameras after the lens model), and
+Observations: `proprio` (what the robot measures, and the conveyor's speed set-point), `images` (rendered cameras after the lens model), and
 `privileged` (simulator truth for generators and evaluation; never for policies).
 """
 
@@ -104,7 +104,8 @@ class PickSortEnv(gym.Env):
         box = lambda n: gym.spaces.Box(-np.inf, np.inf, (n,), np.float64)  # noqa: E731
         self.observation_space = gym.spaces.Dict(
             {
-                "proprio": gym.spaces.Dict({"arm_q": box(7), "arm_dq": box(7), "hand_q": box(20), "ee_pose": box(7)}),
+                "proprio": gym.spaces.Dict({"arm_q": box(7), "arm_dq": box(7), "hand_q": box(20), "ee_pose": box(7),
+                                            "belt_setpoint": box(1)}),
                 "images": gym.spaces.Dict(images),
                 "privileged": gym.spaces.Dict(
                     {"object_pos": box(3), "object_quat": box(4), "object_vel": box(6), "belt_speed": box(1),
@@ -258,6 +259,9 @@ class PickSortEnv(gym.Env):
             "arm_dq": d.qvel[self.arm_dadr].copy(),
             "hand_q": d.qpos[self.hand_qadr].copy(),
             "ee_pose": np.concatenate([d.site_xpos[self.grasp_site], mat_to_quat(ee_rot)]),
+            # The conveyor's commanded speed (m/s): what the cell's controller knows without any sensor. The belt's
+            # true speed (scale, jitter) is the tracker's business and stays privileged.
+            "belt_setpoint": np.array([self.belt_speed]),
         }
         images = {}
         if self.renderer is not None:

@@ -1,0 +1,286 @@
+"""Training of the object-centric policy (`policy.kind=object_centric`), in two stages in one run folder:
+
+1. the estimator on every frame of the mixture (labels from `obs/datagen_info`), photometric augmentation;
+   `estimator.pt` holds it, so a rerun after an interruption goes straight to stage 2;
+2. the tracker run over every demo with the trained estimator, exactly as at deployment, then the action head on
+   the tracked states (L1 on normalized, hand-relative action chunks).
+
+Run folder: `config.yaml`, `estimator.pt`, `log.jsonl` (loss per `log_every` steps of either stage),
+`perception.json` (the estimator's error on held-out demos, with `object_centric.holdout_demos`), and `policy.pt`
+when finished. A finished run is left as it is; a run folder holds one config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+from tqdm import tqdm
+
+from r2s2r.files import write_text_atomic
+from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, save_checkpoint
+from r2s2r.policy.config import TrainCfg
+from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset
+from r2s2r.policy.model import mmd
+from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, LABEL_DIM, POS, SETPOINT, BeltTracker, ObjectCentricPolicy,
+                                         estimator_loss, head_input, photometric, relative_actions, to_unit)
+from r2s2r.policy.train import TrainResult, lr_factor
+
+
+def _weighted_stats(arrays: list[np.ndarray], weights: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    total = sum(weights)
+    mean = sum(w / total * a.mean(axis=0, dtype=np.float64) for w, a in zip(weights, arrays))
+    var = sum(w / total * ((a - mean) ** 2).mean(axis=0) for w, a in zip(weights, arrays))
+    return mean, np.sqrt(var)
+
+
+def _split_holdout(d: LoadedDataset, demos: int) -> tuple[LoadedDataset, np.ndarray]:
+    """The dataset without its last `demos` demos, and the indices of the held-out steps."""
+    starts = np.unique(d.demo_start)
+    if demos >= len(starts):
+        raise CheckpointError(f"object_centric.holdout_demos = {demos}: expected fewer than the {len(starts)} demos "
+                              f"of {d.path}")
+    cut = starts[len(starts) - demos]
+    keep = slice(0, cut)
+    kept = LoadedDataset(path=d.path, domain=d.domain, weight=d.weight,
+                         images={c: v[keep] for c, v in d.images.items()}, proprio=d.proprio[keep],
+                         actions=d.actions[keep], demo_end=d.demo_end[keep], demo_start=d.demo_start[keep],
+                         num_demos=d.num_demos - demos, labels=d.labels[keep])
+    return kept, np.arange(cut, len(d))
+
+
+class ObjectCentricTrainer:
+    def __init__(self, cfg: TrainCfg):
+        self.cfg = cfg.validate()
+        if cfg.policy.kind != "object_centric":
+            raise CheckpointError(f"policy.kind = {cfg.policy.kind!r}: this trainer trains 'object_centric'")
+        if cfg.policy.domain_embedding:
+            raise CheckpointError("policy.domain_embedding = true: the object-centric policy has no domain "
+                                  "embedding (its alignment option is cotrain.alignment_weight on the estimator)")
+        self.run_dir = Path(cfg.run_dir)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        # The head's proprioception is fixed by the design (see object_centric.HEAD_PROPRIO).
+        policy_cfg = dataclasses.replace(cfg.policy, proprio=HEAD_PROPRIO)
+        self.datasets = [load_dataset(d, policy_cfg) for d in cfg.data.datasets]
+        check_compatible(self.datasets)
+        self.holdout: tuple[LoadedDataset, np.ndarray] | None = None
+        oc = cfg.object_centric
+        if oc.holdout_demos:
+            full = self.datasets[0]
+            self.datasets[0], rows = _split_holdout(full, oc.holdout_demos)
+            self.holdout = (full, rows)
+        self.camera = cfg.policy.cameras[0]
+        torch.manual_seed(cfg.seed)
+        self.rng = np.random.default_rng(cfg.seed)
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.model = ObjectCentricPolicy(self.datasets[0].proprio.shape[1], cfg.policy.chunk, cfg.policy.action_dim,
+                                         oc.keypoints, oc.hidden, oc.dropout)
+        weights = [d.weight for d in self.datasets]
+        self.p = np.array(weights) / sum(weights)
+        self.model.set_stats("label", *_weighted_stats([d.labels for d in self.datasets], weights))
+        self.log_path = self.run_dir / "log.jsonl"
+        # Both stages train at three times the flow transformer's learning rate (small networks, few steps).
+        self.estimator_opt = torch.optim.AdamW(self.model.estimator.parameters(), lr=cfg.optim.lr * 3,
+                                               weight_decay=cfg.optim.weight_decay)
+        self.head_opt = torch.optim.AdamW(self.model.head.parameters(), lr=cfg.optim.lr * 3,
+                                          weight_decay=cfg.optim.weight_decay)
+
+    # ----------------------------------------------------------------------------------------------------------
+    def _draw(self, batch: int) -> list[tuple[LoadedDataset, np.ndarray]]:
+        which = self.rng.choice(len(self.datasets), size=batch, p=self.p)
+        return [(d, self.rng.integers(0, len(d), size=int((which == k).sum())))
+                for k, d in enumerate(self.datasets) if (which == k).any()]
+
+    def _log(self, entry: dict) -> None:
+        with self.log_path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def estimator_batch(self) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """A training batch for the estimator: augmented images, normalized labels, and which samples are real."""
+        oc = self.cfg.object_centric
+        parts = self._draw(oc.estimator_batch)
+        images = to_unit(np.concatenate([d.images[self.camera][t] for d, t in parts]))
+        if oc.lighting_augmentation:
+            images = photometric(images, self.generator, oc.lighting_augmentation)
+        labels = torch.from_numpy(np.concatenate([d.labels[t] for d, t in parts]))
+        real = np.concatenate([np.full(len(t), d.domain == "real") for d, t in parts])
+        return images, (labels - self.model.label_mean) / self.model.label_std, real
+
+    def estimator_update(self, images: torch.Tensor, target: torch.Tensor, real: np.ndarray, step: int) -> float:
+        cfg, est = self.cfg, self.model.estimator
+        for g in self.estimator_opt.param_groups:
+            g["lr"] = cfg.optim.lr * 3 * lr_factor(step, cfg.optim.warmup_steps, cfg.object_centric.estimator_steps)
+        latent = est.latent(images)
+        out = est.mlp(latent)
+        loss = estimator_loss(out[:, :LABEL_DIM], out[:, LABEL_DIM:].clamp(-12.0, 6.0), target)
+        if cfg.cotrain.alignment_weight and 1 < real.sum() < len(real) - 1:
+            # The co-training alignment option: real and simulated images' keypoint latents pulled together.
+            loss = loss + cfg.cotrain.alignment_weight * mmd(latent[real], latent[~real])
+        self.estimator_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(est.parameters(), cfg.optim.grad_clip)
+        self.estimator_opt.step()
+        return float(loss.detach())
+
+    def train_estimator(self, progress: bool) -> float:
+        cfg, oc = self.cfg, self.cfg.object_centric
+        loss = float("nan")
+        start = time.perf_counter()
+        self.model.estimator.train()
+        for step in tqdm(range(oc.estimator_steps), desc="estimator", unit="step", disable=not progress):
+            loss = self.estimator_update(*self.estimator_batch(), step)
+            if (step + 1) % cfg.log_every == 0:
+                self._log({"stage": "estimator", "step": step + 1, "loss": loss,
+                           "samples_per_s": (step + 1) * oc.estimator_batch / (time.perf_counter() - start)})
+        self.model.estimator.eval()
+        return loss
+
+    def _estimates(self, d: LoadedDataset) -> tuple[np.ndarray, np.ndarray]:
+        means, variances = [], []
+        for i in range(0, len(d), 256):
+            m, v = self.model.estimate(d.images[self.camera][i:i + 256])
+            means.append(m)
+            variances.append(v)
+        return np.concatenate(means), np.concatenate(variances)
+
+    def tracked(self, d: LoadedDataset) -> np.ndarray:
+        """The tracker's state at every step of every demo of `d`, from the estimator's outputs (as deployed)."""
+        mean, var = self._estimates(d)
+        tracker = BeltTracker(1.0 / self.cfg.object_centric.control_hz)
+        out = np.zeros((len(d), 17))
+        for t in range(len(d)):
+            if t == d.demo_start[t]:
+                tracker.reset()
+            out[t] = tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]))
+        return out
+
+    def perception_report(self) -> dict:
+        """The estimator's and the tracker's position error (cm) on the held-out demos: over all frames, and in
+        the last second before the hand closes (the grasp window, where the arm hides the object)."""
+        full, rows = self.holdout
+        part = LoadedDataset(path=full.path, domain=full.domain, weight=1.0,
+                             images={c: v[rows] for c, v in full.images.items()}, proprio=full.proprio[rows],
+                             actions=full.actions[rows], demo_end=full.demo_end[rows] - rows[0],
+                             demo_start=full.demo_start[rows] - rows[0], num_demos=self.cfg.object_centric.holdout_demos,
+                             labels=full.labels[rows])
+        mean, var = self._estimates(part)
+        track = self.tracked(part)
+        truth = part.labels[:, POS]
+        frame_err = 100 * np.linalg.norm(mean[:, POS] - truth, axis=1)
+        track_err = 100 * np.linalg.norm(track[:, :3] - truth, axis=1)
+        # The grasp window: the last second before the object first rises 2 cm off where it rode.
+        window = np.zeros(len(part), bool)
+        for s in np.unique(part.demo_start):
+            e = part.demo_end[s]
+            z = truth[s:e + 1, 2]
+            lifted = np.flatnonzero(z > z[0] + 0.02)
+            if len(lifted):
+                window[max(s, s + lifted[0] - 20):s + lifted[0]] = True
+        bin_err = 100 * np.linalg.norm(mean[:, BIN] - part.labels[:, BIN], axis=1)
+
+        def stats(err: np.ndarray) -> dict:
+            return {"median_cm": float(np.median(err)), "p90_cm": float(np.percentile(err, 90)),
+                    "frames": int(len(err))}
+
+        return {"held_out_demos": part.num_demos,
+                "estimator_position": {"all": stats(frame_err), "grasp_window": stats(frame_err[window])},
+                "tracker_position": {"all": stats(track_err), "grasp_window": stats(track_err[window])},
+                "bin_position": stats(bin_err)}
+
+    def prepare_head(self) -> None:
+        """The head's training data: the tracker run over every demo (as deployed), hand-relative action chunks,
+        and their normalization statistics."""
+        chunk = self.cfg.policy.chunk
+        self.head_inputs, self.head_targets = [], []
+        for d in self.datasets:
+            ee = d.proprio[:, EE_POS]
+            self.head_inputs.append(head_input(self.tracked(d), ee, d.proprio))
+            steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
+            self.head_targets.append(relative_actions(d.actions[steps], ee).astype(np.float32))
+        weights = [d.weight for d in self.datasets]
+        self.model.set_stats("input", *_weighted_stats(self.head_inputs, weights))
+        self.model.set_stats("action", *_weighted_stats([t.reshape(-1, t.shape[-1]) for t in self.head_targets],
+                                                        weights))
+
+    def head_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalized head inputs (tracked position noised) and normalized action chunks."""
+        oc = self.cfg.object_centric
+        which = self.rng.choice(len(self.head_inputs), size=oc.head_batch, p=self.p)
+        x_parts, y_parts = [], []
+        for k, (inputs, targets) in enumerate(zip(self.head_inputs, self.head_targets)):
+            t = self.rng.integers(0, len(inputs), size=int((which == k).sum()))
+            x_parts.append(inputs[t])
+            y_parts.append(targets[t])
+        x = torch.from_numpy(np.concatenate(x_parts))
+        # The tracked position as the estimator places unseen images: noisier than its own training frames.
+        x[:, :3] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
+        m = self.model
+        return (x - m.input_mean) / m.input_std, (torch.from_numpy(np.concatenate(y_parts)) - m.action_mean) / m.action_std
+
+    def head_update(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
+        cfg, head = self.cfg, self.model.head
+        for g in self.head_opt.param_groups:
+            g["lr"] = cfg.optim.lr * 3 * lr_factor(step, cfg.optim.warmup_steps, cfg.steps)
+        loss = torch.nn.functional.l1_loss(head(x), y)
+        self.head_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.optim.grad_clip)
+        self.head_opt.step()
+        return float(loss.detach())
+
+    def train_head(self, progress: bool) -> float:
+        cfg = self.cfg
+        self.prepare_head()
+        loss = float("nan")
+        start = time.perf_counter()
+        self.model.head.train()
+        for step in tqdm(range(cfg.steps), desc="head", unit="step", disable=not progress):
+            loss = self.head_update(*self.head_batch(), step)
+            if (step + 1) % cfg.log_every == 0:
+                self._log({"stage": "head", "step": step + 1, "loss": loss, "samples_per_s":
+                           (step + 1) * cfg.object_centric.head_batch / (time.perf_counter() - start)})
+        self.model.head.eval()
+        return loss
+
+    def _payload(self, stage: str) -> dict:
+        return {"cfg": cfg_dict(self.cfg), "kind": "object_centric", "stage": stage,
+                "proprio_dim": self.datasets[0].proprio.shape[1], "step": self.cfg.steps,
+                "model": self.model.state_dict(),
+                "datasets": [{"path": d.path, "domain": d.domain, "weight": d.weight, "demos": d.num_demos,
+                              "steps": len(d)} for d in self.datasets]}
+
+    def run(self, progress: bool = True) -> TrainResult:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
+        for existing in (final, stage1):
+            if existing.exists():
+                stored = load_checkpoint(existing)["cfg"]
+                if stored != cfg_dict(self.cfg):
+                    diff = sorted(k for k in set(stored) | set(cfg_dict(self.cfg))
+                                  if stored.get(k) != cfg_dict(self.cfg).get(k))
+                    raise CheckpointError(f"{existing}: the run folder holds a run with another config (differs in "
+                                          f"{', '.join(diff)}); use another run_dir or the same config")
+        if final.exists():
+            return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
+        write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
+        resumed = 0
+        if stage1.exists():
+            self.model.load_state_dict(load_checkpoint(stage1)["model"])
+            self.model.estimator.eval()
+            resumed = self.cfg.object_centric.estimator_steps
+        else:
+            self.train_estimator(progress)
+            save_checkpoint(stage1, self._payload("estimator"))
+        if self.holdout is not None:
+            write_text_atomic(self.run_dir / "perception.json", json.dumps(self.perception_report(), indent=2))
+        start = time.perf_counter()
+        loss = self.train_head(progress)
+        speed = self.cfg.steps * self.cfg.object_centric.head_batch / (time.perf_counter() - start)
+        save_checkpoint(final, self._payload("policy"))
+        return TrainResult(final, self.cfg.steps, loss, speed, resumed)
