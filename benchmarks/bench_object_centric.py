@@ -84,7 +84,7 @@ def bare_loop(module: torch.nn.Module, loss_fn, lr: float):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from r2s2r.policy.config import compose_train_cfg
-    from r2s2r.policy.object_centric import LABEL_DIM, ObjectCentricAgent, estimator_loss
+    from r2s2r.policy.object_centric import ObjectCentricAgent, estimator_loss, keypoint_loss
     from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 
     torch.set_num_threads(1)
@@ -99,11 +99,12 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     oc = cfg.object_centric
-    images, target, _ = trainer.estimator_batch()
+    images, target, pixels, _ = trainer.estimator_batch()
 
     def est_loss(module):
-        out = module.mlp(module.latent(images))
-        return estimator_loss(out[:, :LABEL_DIM], out[:, LABEL_DIM:], target)
+        latent, logits = module.latent(images)
+        return estimator_loss(*module.outputs(latent), target) + oc.keypoint_weight * keypoint_loss(logits, pixels,
+                                                                                                      128, 128)
 
     estimator = abba(lambda i: trainer.estimator_update(*trainer.estimator_batch(), i),
                      bare_loop(trainer.model.estimator, est_loss, cfg.optim.lr), args.rounds, args.steps,

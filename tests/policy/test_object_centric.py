@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from r2s2r.cell.spec import ConfigError
 from r2s2r.control.scripted import grasp_yaw
 from r2s2r.data import DatasetError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
@@ -26,6 +27,7 @@ def oc_overrides(run_dir, datasets, **extra) -> list[str]:
               "policy.cameras": "[right_wrist]", "policy.image_size": "[32,32]", "policy.chunk": 8,
               "policy.execute": 4, "optim.warmup_steps": 5, "object_centric.estimator_steps": 150,
               "object_centric.estimator_batch": 16, "object_centric.head_batch": 32, "object_centric.hidden": 64,
+              "object_centric.keypoint_weight": 0,  # the fixtures record the wrist camera only
               **extra}
     return [f"{k}={v}" for k, v in values.items()] + [f"data.datasets=[{listed}]"]
 
@@ -147,3 +149,31 @@ def test_datasets_without_the_tracker_fields_are_refused(tmp_path, policy_datase
     cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(broken, 1.0)]))
     with pytest.raises(DatasetError, match="demo_0: field 'obs/datagen_info/target_bin_pos' is missing"):
         load_dataset(DatasetCfg(path=str(broken)), cfg.policy)
+
+
+def test_keypoint_targets_are_where_the_object_appears(tmp_path):
+    """The keypoint target of a world-fixed camera: a point projected through the calibrated world lands on the
+    pixel where the renderer draws it, and a wrist camera (whose view moves with the arm) is refused."""
+    from r2s2r.policy.object_centric import camera_projector
+    from r2s2r.tasks import make
+
+    env = make("R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0", cameras=("head_left",), image_size=(128, 128))
+    try:
+        env.reset(seed=4)
+        project = camera_projector("grounded", "head_left", 128, 128)
+        geom = env.obj_geom
+        env.model.geom_rgba[geom] = (1.0, 0.0, 1.0, 1.0)  # an unmistakable magenta
+        for x in (-0.3, -0.2):
+            state = env.state()
+            state[env.obj_qadr] = x
+            env.set_state(state)
+            image = env.renderer.render(env.physics)["head_left"]["rgb"][0].astype(int)
+            magenta = (image[..., 0] > 150) & (image[..., 1] < 90) & (image[..., 2] > 150)
+            rows, cols = np.nonzero(magenta)
+            assert len(rows) >= 4, "the object is not in view"
+            u, v = project(env.physics.host_data(0).xpos[env.obj_body][None])[0]
+            assert abs(u - cols.mean()) < 2.0 and abs(v - rows.mean()) < 2.0, (u, v, cols.mean(), rows.mean())
+    finally:
+        env.close()
+    with pytest.raises(ConfigError, match="right_wrist"):
+        camera_projector("grounded", "right_wrist", 32, 32)

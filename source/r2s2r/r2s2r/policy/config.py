@@ -128,6 +128,11 @@ class ObjectCentricCfg:
     dropout: float = 0.1
     # Photometric augmentation of the estimator's images, 1.0 = sized to the study's lighting shift; 0 turns it off.
     lighting_augmentation: float = 1.0
+    # Weight of the keypoint loss: keypoint 0 learns to attend where the object projects in the camera of this world
+    # file (the calibrated one: a real cell's camera as calibration measured it; a few pixels off for another
+    # world's data, which the position labels then correct).
+    keypoint_weight: float = 1.0
+    keypoint_world: str = "grounded"
     # Gaussian noise (m) on the tracked object position the head is trained on: its inputs at deployment come
     # from held-out images, which the estimator places less precisely than the ones it was trained on.
     state_noise: float = 0.005
@@ -141,7 +146,7 @@ class ObjectCentricCfg:
                 raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 1")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"object_centric.dropout = {self.dropout}: expected in [0, 1)")
-        for name in ("lighting_augmentation", "state_noise", "holdout_demos"):
+        for name in ("lighting_augmentation", "keypoint_weight", "state_noise", "holdout_demos"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 0")
         if self.control_hz <= 0:

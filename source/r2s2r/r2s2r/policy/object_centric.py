@@ -26,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from r2s2r.cell.spec import ConfigError
 from r2s2r.control.scripted import grasp_yaw
 from r2s2r.data.hdf5 import pose_xyzw_to_wxyz
 
@@ -88,11 +90,15 @@ class ObjectEstimator(nn.Module):
                                  nn.GELU(), nn.Linear(hidden, LABEL_DIM + 3))
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.mlp(self.latent(images))
+        return self.outputs(self.latent(images)[0])
+
+    def outputs(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.mlp(latent)
         return out[:, :LABEL_DIM], out[:, LABEL_DIM:].clamp(-12.0, 6.0)
 
-    def latent(self, images: torch.Tensor) -> torch.Tensor:
-        """(B, K * (2 + width)): each keypoint's image position and the features under it."""
+    def latent(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, K * (2 + width)): each keypoint's image position and the features under it; and the attention
+        logits (B, K, h * w) over the feature grid (stride 4)."""
         feats = self.net(images - 0.5)
         b, c, h, w = feats.shape
         logits = self.attention(feats).flatten(2) * torch.exp(self.log_temperature)
@@ -102,7 +108,47 @@ class ObjectEstimator(nn.Module):
         grid = torch.stack([xs.flatten(), ys.flatten()], dim=-1)  # (HW, 2)
         where = weights @ grid  # (B, K, 2)
         what = weights @ feats.flatten(2).transpose(1, 2)  # (B, K, C)
-        return torch.cat([where, what], dim=-1).flatten(1)
+        return torch.cat([where, what], dim=-1).flatten(1), logits
+
+
+FEATURE_STRIDE = 4  # the estimator's feature grid is the image downsampled 4x
+
+
+def keypoint_loss(logits: torch.Tensor, pixels: torch.Tensor, width: int, height: int) -> torch.Tensor:
+    """Cross-entropy that makes keypoint 0 attend to the feature cell where the object projects (pixels (B, 2));
+    frames where it projects outside the image do not count. A 4-pixel object is too small a signal for the
+    attention to find from the position labels alone (measured: after 3,000 steps the estimated position along
+    the belt stayed at the data mean)."""
+    h, w = height // FEATURE_STRIDE, width // FEATURE_STRIDE
+    col, row = (pixels[:, 0] / FEATURE_STRIDE).floor().long(), (pixels[:, 1] / FEATURE_STRIDE).floor().long()
+    inside = (col >= 0) & (col < w) & (row >= 0) & (row < h)
+    if not inside.any():
+        return logits.sum() * 0.0
+    return F.cross_entropy(logits[inside, 0], (row * w + col)[inside])
+
+
+def camera_projector(world: str, camera: str, width: int, height: int):
+    """World points (N, 3) -> pixel coordinates (N, 2) in `camera` of the world file `world` at this image size."""
+    import mujoco
+
+    from r2s2r.cell.mjcf import build_model
+    from r2s2r.cell.world import load_world
+    from r2s2r.render.camera_model import CameraModel
+
+    cell = load_world(world).cell
+    mount = next(c.mount for c in cell.cameras if c.name == camera)
+    if mount != "world":
+        raise ConfigError(f"object_centric.keypoint_weight > 0 with camera {camera!r}: expected a camera fixed to "
+                          f"the world (it is mounted on {mount!r}, so the object's pixel depends on the arm's "
+                          f"pose); set object_centric.keypoint_weight=0 for it")
+    model = build_model(cell)
+    data = mujoco.MjData(model)
+    mujoco.mj_forward(model, data)
+    cam = model.camera(camera).id
+    pos, rot = data.cam_xpos[cam].copy(), data.cam_xmat[cam].reshape(3, 3).copy()
+    lens = CameraModel(next(c.lens for c in cell.cameras if c.name == camera), width, height)
+    # MuJoCo's camera looks along -z with +y up; OpenCV's along +z with +y down.
+    return lambda points: lens.project(((np.asarray(points) - pos) @ rot) * np.array([1.0, -1.0, -1.0]))
 
 
 def estimator_loss(mean: torch.Tensor, log_var: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,7 @@ from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, 
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, LABEL_DIM, POS, SETPOINT, BeltTracker, ObjectCentricPolicy,
+from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker, ObjectCentricPolicy, camera_projector, keypoint_loss,
                                          estimator_loss, head_input, photometric, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, lr_factor
 
@@ -85,6 +85,11 @@ class ObjectCentricTrainer:
         self.p = np.array(weights) / sum(weights)
         self.model.set_stats("label", *_weighted_stats([d.labels for d in self.datasets], weights))
         self.log_path = self.run_dir / "log.jsonl"
+        # Where each frame's object projects in the camera (the keypoint target), through the calibrated world.
+        h, w = cfg.policy.image_size
+        project = camera_projector(oc.keypoint_world, self.camera, w, h) if oc.keypoint_weight else None
+        self.pixels = {id(d): np.full((len(d), 2), -1.0, np.float32) if project is None else
+                       np.nan_to_num(project(d.labels[:, POS]), nan=-1.0).astype(np.float32) for d in self.datasets}
         # Both stages train at three times the flow transformer's learning rate (small networks, few steps).
         self.estimator_opt = torch.optim.AdamW(self.model.estimator.parameters(), lr=cfg.optim.lr * 3,
                                                weight_decay=cfg.optim.weight_decay)
@@ -101,24 +106,29 @@ class ObjectCentricTrainer:
         with self.log_path.open("a") as f:
             f.write(json.dumps(entry) + "\n")
 
-    def estimator_batch(self) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-        """A training batch for the estimator: augmented images, normalized labels, and which samples are real."""
+    def estimator_batch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray]:
+        """A training batch for the estimator: augmented images, normalized labels, the object's pixel, and which
+        samples are real."""
         oc = self.cfg.object_centric
         parts = self._draw(oc.estimator_batch)
         images = to_unit(np.concatenate([d.images[self.camera][t] for d, t in parts]))
         if oc.lighting_augmentation:
             images = photometric(images, self.generator, oc.lighting_augmentation)
         labels = torch.from_numpy(np.concatenate([d.labels[t] for d, t in parts]))
+        pixels = torch.from_numpy(np.concatenate([self.pixels[id(d)][t] for d, t in parts]))
         real = np.concatenate([np.full(len(t), d.domain == "real") for d, t in parts])
-        return images, (labels - self.model.label_mean) / self.model.label_std, real
+        return images, (labels - self.model.label_mean) / self.model.label_std, pixels, real
 
-    def estimator_update(self, images: torch.Tensor, target: torch.Tensor, real: np.ndarray, step: int) -> float:
+    def estimator_update(self, images: torch.Tensor, target: torch.Tensor, pixels: torch.Tensor, real: np.ndarray,
+                         step: int) -> float:
         cfg, est = self.cfg, self.model.estimator
         for g in self.estimator_opt.param_groups:
             g["lr"] = cfg.optim.lr * 3 * lr_factor(step, cfg.optim.warmup_steps, cfg.object_centric.estimator_steps)
-        latent = est.latent(images)
-        out = est.mlp(latent)
-        loss = estimator_loss(out[:, :LABEL_DIM], out[:, LABEL_DIM:].clamp(-12.0, 6.0), target)
+        latent, logits = est.latent(images)
+        loss = estimator_loss(*est.outputs(latent), target)
+        if cfg.object_centric.keypoint_weight:
+            h, w = cfg.policy.image_size
+            loss = loss + cfg.object_centric.keypoint_weight * keypoint_loss(logits, pixels, w, h)
         if cfg.cotrain.alignment_weight and 1 < real.sum() < len(real) - 1:
             # The co-training alignment option: real and simulated images' keypoint latents pulled together.
             loss = loss + cfg.cotrain.alignment_weight * mmd(latent[real], latent[~real])
