@@ -177,3 +177,24 @@ def test_keypoint_targets_are_where_the_object_appears(tmp_path):
         env.close()
     with pytest.raises(ConfigError, match="right_wrist"):
         camera_projector("grounded", "right_wrist", 32, 32)
+
+
+class _Payload:
+    """Unpickling this object would create a file: what a hostile checkpoint could do instead."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_checkpoint_that_carries_code_is_refused_without_running_it(tmp_path):
+    from r2s2r.policy.checkpoint import FORMAT
+
+    marker = tmp_path / "ran"
+    path = tmp_path / "policy.pt"
+    torch.save({"format": FORMAT, "kind": "object_centric", "model": _Payload(marker)}, path)
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        load_agent(path)
+    assert not marker.exists()

@@ -73,7 +73,7 @@ SCALES = {
     "study": Scale(real_demos=100, sim_trajectories=200, train_steps=3000, eval_trials=50, sim_eval_trials=20,
                    cameras=("head_left",), image_size=128,
                    policy=("policy.kind=object_centric", "policy.chunk=16", "policy.execute=4",
-                           "object_centric.estimator_steps=3000"),
+                           "object_centric.estimator_steps=4500"),
                    align=("cotrain.alignment_weight=0.1",)),
     "paper": Scale(real_demos=100, sim_trajectories=1500, train_steps=30000, eval_trials=50, sim_eval_trials=50,
                    diagnostic=True),

@@ -46,7 +46,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"checkpoint {str(path)!r}: no such file")
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=False)
+        # weights_only: a checkpoint is data; unpickling arbitrary objects would run whatever code a file carries.
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises several types for a file that is not a checkpoint
         raise CheckpointError(f"checkpoint {str(path)!r}: cannot be read ({type(e).__name__}: {e})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
