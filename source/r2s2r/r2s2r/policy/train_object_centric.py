@@ -90,7 +90,6 @@ class ObjectCentricTrainer:
         project = camera_projector(oc.keypoint_world, self.camera, w, h) if oc.keypoint_weight else None
         self.pixels = {id(d): np.full((len(d), 2), -1.0, np.float32) if project is None else
                        np.nan_to_num(project(d.labels[:, POS]), nan=-1.0).astype(np.float32) for d in self.datasets}
-        # Both stages train at three times the flow transformer's learning rate (small networks, few steps).
         self.estimator_opt = torch.optim.AdamW(self.model.estimator.parameters(), lr=cfg.optim.lr * 3,
                                                weight_decay=cfg.optim.weight_decay)
         self.head_opt = torch.optim.AdamW(self.model.head.parameters(), lr=cfg.optim.lr * 3,
@@ -122,8 +121,6 @@ class ObjectCentricTrainer:
     def estimator_update(self, images: torch.Tensor, target: torch.Tensor, pixels: torch.Tensor, real: np.ndarray,
                          step: int) -> float:
         cfg, est = self.cfg, self.model.estimator
-        for g in self.estimator_opt.param_groups:
-            g["lr"] = cfg.optim.lr * 3 * lr_factor(step, cfg.optim.warmup_steps, cfg.object_centric.estimator_steps)
         latent, logits = est.latent(images)
         loss = estimator_loss(*est.outputs(latent), target)
         if cfg.object_centric.keypoint_weight:
@@ -132,24 +129,38 @@ class ObjectCentricTrainer:
         if cfg.cotrain.alignment_weight and 1 < real.sum() < len(real) - 1:
             # The co-training alignment option: real and simulated images' keypoint latents pulled together.
             loss = loss + cfg.cotrain.alignment_weight * mmd(latent[real], latent[~real])
-        self.estimator_opt.zero_grad(set_to_none=True)
+        return self._optimize(self.estimator_opt, est, loss, step, cfg.object_centric.estimator_steps)
+
+    def _optimize(self, opt: torch.optim.Optimizer, module: torch.nn.Module, loss: torch.Tensor, step: int,
+                  total: int) -> float:
+        """One step of either stage: both train at three times the flow transformer's learning rate (small
+        networks, few steps), with its warmup, cosine schedule and gradient clipping."""
+        optim = self.cfg.optim
+        for g in opt.param_groups:
+            g["lr"] = optim.lr * 3 * lr_factor(step, optim.warmup_steps, total)
+        opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(est.parameters(), cfg.optim.grad_clip)
-        self.estimator_opt.step()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), optim.grad_clip)
+        opt.step()
         return float(loss.detach())
 
-    def train_estimator(self, progress: bool) -> float:
-        cfg, oc = self.cfg, self.cfg.object_centric
+    def _train(self, stage: str, module: torch.nn.Module, steps: int, batch: int, draw, update,
+               progress: bool) -> float:
         loss = float("nan")
         start = time.perf_counter()
-        self.model.estimator.train()
-        for step in tqdm(range(oc.estimator_steps), desc="estimator", unit="step", disable=not progress):
-            loss = self.estimator_update(*self.estimator_batch(), step)
-            if (step + 1) % cfg.log_every == 0:
-                self._log({"stage": "estimator", "step": step + 1, "loss": loss,
-                           "samples_per_s": (step + 1) * oc.estimator_batch / (time.perf_counter() - start)})
-        self.model.estimator.eval()
+        module.train()
+        for step in tqdm(range(steps), desc=stage, unit="step", disable=not progress):
+            loss = update(*draw(), step)
+            if (step + 1) % self.cfg.log_every == 0:
+                self._log({"stage": stage, "step": step + 1, "loss": loss,
+                           "samples_per_s": (step + 1) * batch / (time.perf_counter() - start)})
+        module.eval()
         return loss
+
+    def train_estimator(self, progress: bool) -> float:
+        oc = self.cfg.object_centric
+        return self._train("estimator", self.model.estimator, oc.estimator_steps, oc.estimator_batch,
+                           self.estimator_batch, self.estimator_update, progress)
 
     def _estimates(self, d: LoadedDataset) -> tuple[np.ndarray, np.ndarray]:
         means, variances = [], []
@@ -234,29 +245,13 @@ class ObjectCentricTrainer:
         return (x - m.input_mean) / m.input_std, (torch.from_numpy(np.concatenate(y_parts)) - m.action_mean) / m.action_std
 
     def head_update(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
-        cfg, head = self.cfg, self.model.head
-        for g in self.head_opt.param_groups:
-            g["lr"] = cfg.optim.lr * 3 * lr_factor(step, cfg.optim.warmup_steps, cfg.steps)
-        loss = torch.nn.functional.l1_loss(head(x), y)
-        self.head_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.optim.grad_clip)
-        self.head_opt.step()
-        return float(loss.detach())
+        head = self.model.head
+        return self._optimize(self.head_opt, head, torch.nn.functional.l1_loss(head(x), y), step, self.cfg.steps)
 
     def train_head(self, progress: bool) -> float:
-        cfg = self.cfg
         self.prepare_head()
-        loss = float("nan")
-        start = time.perf_counter()
-        self.model.head.train()
-        for step in tqdm(range(cfg.steps), desc="head", unit="step", disable=not progress):
-            loss = self.head_update(*self.head_batch(), step)
-            if (step + 1) % cfg.log_every == 0:
-                self._log({"stage": "head", "step": step + 1, "loss": loss, "samples_per_s":
-                           (step + 1) * cfg.object_centric.head_batch / (time.perf_counter() - start)})
-        self.model.head.eval()
-        return loss
+        return self._train("head", self.model.head, self.cfg.steps, self.cfg.object_centric.head_batch,
+                           self.head_batch, self.head_update, progress)
 
     def _payload(self, stage: str) -> dict:
         return {"cfg": cfg_dict(self.cfg), "kind": "object_centric", "stage": stage,
