@@ -152,14 +152,20 @@ class Stats:
     action_std: np.ndarray
 
 
+def weighted_moments(arrays: list[np.ndarray], weights: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and std of a mixture in which each array counts by its weight, not by its size."""
+    total = sum(weights)
+    mean = sum(w / total * a.mean(axis=0, dtype=np.float64) for w, a in zip(weights, arrays))
+    var = sum(w / total * ((a - mean) ** 2).mean(axis=0) for w, a in zip(weights, arrays))
+    return mean, np.sqrt(var)
+
+
 def mixture_stats(datasets: list[LoadedDataset]) -> Stats:
     """Statistics of the mixture as it is sampled: each dataset counts by its weight, not by its size."""
-    total = sum(d.weight for d in datasets)
 
     def moments(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        mean = sum(d.weight / total * a.mean(axis=0, dtype=np.float64) for d, a in zip(datasets, arrays))
-        var = sum(d.weight / total * ((a - mean) ** 2).mean(axis=0) for d, a in zip(datasets, arrays))
-        return mean.astype(np.float32), np.maximum(np.sqrt(var), STD_FLOOR).astype(np.float32)
+        mean, std = weighted_moments(arrays, [d.weight for d in datasets])
+        return mean.astype(np.float32), np.maximum(std, STD_FLOOR).astype(np.float32)
 
     pm, ps = moments([d.proprio for d in datasets])
     am, as_ = moments([d.actions for d in datasets])

@@ -25,33 +25,30 @@ from tqdm import tqdm
 from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, save_checkpoint
 from r2s2r.policy.config import TrainCfg
-from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset
+from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker, ObjectCentricPolicy, camera_projector, keypoint_loss,
-                                         estimator_loss, head_input, photometric, relative_actions, to_unit)
+from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
+                                         ObjectCentricPolicy, camera_projector, estimator_loss, head_input,
+                                         keypoint_loss, photometric, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, lr_factor
 
 
-def _weighted_stats(arrays: list[np.ndarray], weights: list[float]) -> tuple[np.ndarray, np.ndarray]:
-    total = sum(weights)
-    mean = sum(w / total * a.mean(axis=0, dtype=np.float64) for w, a in zip(weights, arrays))
-    var = sum(w / total * ((a - mean) ** 2).mean(axis=0) for w, a in zip(weights, arrays))
-    return mean, np.sqrt(var)
+def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
+    """Steps first..stop-1 of `d` (whole demos) as a dataset of their own, demo indices rebased."""
+    rows = slice(first, stop)
+    return dataclasses.replace(d, images={c: v[rows] for c, v in d.images.items()}, proprio=d.proprio[rows],
+                               actions=d.actions[rows], demo_end=d.demo_end[rows] - first,
+                               demo_start=d.demo_start[rows] - first, num_demos=num_demos, labels=d.labels[rows])
 
 
-def _split_holdout(d: LoadedDataset, demos: int) -> tuple[LoadedDataset, np.ndarray]:
-    """The dataset without its last `demos` demos, and the indices of the held-out steps."""
+def _split_holdout(d: LoadedDataset, demos: int) -> tuple[LoadedDataset, LoadedDataset]:
+    """The dataset without its last `demos` demos, and those demos."""
     starts = np.unique(d.demo_start)
     if demos >= len(starts):
         raise CheckpointError(f"object_centric.holdout_demos = {demos}: expected fewer than the {len(starts)} demos "
                               f"of {d.path}")
-    cut = starts[len(starts) - demos]
-    keep = slice(0, cut)
-    kept = LoadedDataset(path=d.path, domain=d.domain, weight=d.weight,
-                         images={c: v[keep] for c, v in d.images.items()}, proprio=d.proprio[keep],
-                         actions=d.actions[keep], demo_end=d.demo_end[keep], demo_start=d.demo_start[keep],
-                         num_demos=d.num_demos - demos, labels=d.labels[keep])
-    return kept, np.arange(cut, len(d))
+    cut = int(starts[len(starts) - demos])
+    return _demos(d, 0, cut, d.num_demos - demos), _demos(d, cut, len(d), demos)
 
 
 class ObjectCentricTrainer:
@@ -69,12 +66,10 @@ class ObjectCentricTrainer:
         policy_cfg = dataclasses.replace(cfg.policy, proprio=HEAD_PROPRIO)
         self.datasets = [load_dataset(d, policy_cfg) for d in cfg.data.datasets]
         check_compatible(self.datasets)
-        self.holdout: tuple[LoadedDataset, np.ndarray] | None = None
+        self.holdout: LoadedDataset | None = None
         oc = cfg.object_centric
         if oc.holdout_demos:
-            full = self.datasets[0]
-            self.datasets[0], rows = _split_holdout(full, oc.holdout_demos)
-            self.holdout = (full, rows)
+            self.datasets[0], self.holdout = _split_holdout(self.datasets[0], oc.holdout_demos)
         self.camera = cfg.policy.cameras[0]
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
@@ -83,7 +78,7 @@ class ObjectCentricTrainer:
                                          oc.keypoints, oc.hidden, oc.dropout)
         weights = [d.weight for d in self.datasets]
         self.p = np.array(weights) / sum(weights)
-        self.model.set_stats("label", *_weighted_stats([d.labels for d in self.datasets], weights))
+        self.model.set_stats("label", *weighted_moments([d.labels for d in self.datasets], weights))
         self.log_path = self.run_dir / "log.jsonl"
         # Where each frame's object projects in the camera (the keypoint target), through the calibrated world.
         h, w = cfg.policy.image_size
@@ -184,12 +179,7 @@ class ObjectCentricTrainer:
     def perception_report(self) -> dict:
         """The estimator's and the tracker's position error (cm) on the held-out demos: over all frames, and in
         the last second before the hand closes (the grasp window, where the arm hides the object)."""
-        full, rows = self.holdout
-        part = LoadedDataset(path=full.path, domain=full.domain, weight=1.0,
-                             images={c: v[rows] for c, v in full.images.items()}, proprio=full.proprio[rows],
-                             actions=full.actions[rows], demo_end=full.demo_end[rows] - rows[0],
-                             demo_start=full.demo_start[rows] - rows[0], num_demos=self.cfg.object_centric.holdout_demos,
-                             labels=full.labels[rows])
+        part = self.holdout
         mean, var = self._estimates(part)
         track = self.tracked(part)
         truth = part.labels[:, POS]
@@ -225,8 +215,8 @@ class ObjectCentricTrainer:
             steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
             self.head_targets.append(relative_actions(d.actions[steps], ee).astype(np.float32))
         weights = [d.weight for d in self.datasets]
-        self.model.set_stats("input", *_weighted_stats(self.head_inputs, weights))
-        self.model.set_stats("action", *_weighted_stats([t.reshape(-1, t.shape[-1]) for t in self.head_targets],
+        self.model.set_stats("input", *weighted_moments(self.head_inputs, weights))
+        self.model.set_stats("action", *weighted_moments([t.reshape(-1, t.shape[-1]) for t in self.head_targets],
                                                         weights))
 
     def head_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
