@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     obs = {"images": {"head_left": d.images["head_left"][t]},
            "proprio": {"arm_q": proprio[:7], "hand_q": proprio[7:27], "ee_pose": proprio[27:34],
                        "belt_setpoint": proprio[34:35]}}
-    agent = ObjectCentricAgent(trainer.model, cfg.policy, oc.control_hz, name="bench")
+    agent = ObjectCentricAgent(trainer.model, cfg.policy, trainer.locator, oc.control_hz, name="bench")
     agent.reset()
 
     def look_only():

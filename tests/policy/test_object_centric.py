@@ -16,7 +16,9 @@ from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
-from r2s2r.policy.object_centric import BIN, POS, SIZE, YAW, BeltTracker, ObjectCentricAgent, frame_labels
+from r2s2r.policy.object_centric import (BIN, BLIND_VAR, FEATURE_STRIDE, POS, SIZE, YAW, BeltTracker, CameraGeometry,
+                                         LocatorCfg, ObjectCentricAgent, ObjectLocator, frame_labels, keypoint_pixels,
+                                         keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
 
@@ -95,7 +97,9 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
         losses = [e["loss"] for e in log if e["stage"] == stage]
         assert np.mean(losses[-3:]) < np.mean(losses[:3]), (stage, losses)
     report = json.loads((tmp_path / "run" / "perception.json").read_text())
-    assert report["held_out_demos"] == 1 and np.isfinite(report["tracker_position"]["all"]["median_cm"])
+    assert report["demos"] == 1 and report["approach"]["tracker_xy"]["frames"] > 0
+    assert np.isfinite(report["approach"]["tracker_xy"]["median_cm"])
+    assert report["grasp_window"]["regression_xy"]["frames"] == 20  # one second at 20 Hz
 
     # A finished run is left as it is; another config in the same folder is refused.
     again = ObjectCentricTrainer(cfg).run(progress=False)
@@ -145,13 +149,12 @@ def test_datasets_without_the_tracker_fields_are_refused(tmp_path, policy_datase
 def test_keypoint_targets_are_where_the_object_appears(tmp_path):
     """The keypoint target of a world-fixed camera: a point projected through the calibrated world lands on the
     pixel where the renderer draws it, and a wrist camera (whose view moves with the arm) is refused."""
-    from r2s2r.policy.object_centric import camera_projector
     from r2s2r.tasks import make
 
     env = make("R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0", cameras=("head_left",), image_size=(128, 128))
     try:
         env.reset(seed=4)
-        project = camera_projector("grounded", "head_left", 128, 128)
+        project = CameraGeometry("grounded", "head_left", 128, 128).project
         geom = env.obj_geom
         env.model.geom_rgba[geom] = (1.0, 0.0, 1.0, 1.0)  # an unmistakable magenta
         for x in (-0.3, -0.2):
@@ -167,7 +170,62 @@ def test_keypoint_targets_are_where_the_object_appears(tmp_path):
     finally:
         env.close()
     with pytest.raises(ConfigError, match="right_wrist"):
-        camera_projector("grounded", "right_wrist", 32, 32)
+        CameraGeometry("grounded", "right_wrist", 32, 32)
+
+
+@pytest.mark.parametrize("world", ["grounded", "ungrounded"])
+def test_a_pixel_located_on_its_plane_is_the_point_that_projected_there(world):
+    """`locate` inverts `project` for random points over the belt at random heights, and its drift is how the
+    located point moves per metre of height (finite differences)."""
+    geometry = CameraGeometry(world, "head_left", 128, 96)
+    rng = np.random.default_rng(7)
+    points = np.column_stack([rng.uniform(-0.4, 0.4, 200), rng.uniform(-0.12, 0.12, 200), rng.uniform(0.0, 0.3, 200)])
+    pixels = geometry.project(points)
+    located, drift = geometry.locate(pixels, points[:, 2])
+    np.testing.assert_allclose(located, points, atol=1e-9)
+    higher, _ = geometry.locate(pixels, points[:, 2] + 1e-4)
+    np.testing.assert_allclose((higher[:, :2] - located[:, :2]) / 1e-4, drift, atol=1e-6)
+    jac = geometry.pixels_per_metre(points)
+    step = np.array([2e-4, -1e-4, 0.0])
+    np.testing.assert_allclose(geometry.project(points + step) - pixels, jac @ step[:2], atol=1e-4)
+
+
+def test_the_keypoint_read_out_is_the_pixel_it_was_trained_on():
+    """An attention equal to the keypoint target (any sub-cell position, any image size) reads back as the pixel
+    the target was made from, with a spread under one cell; pixels outside the grid are left out."""
+    rng = np.random.default_rng(3)
+    for width, height in ((128, 128), (64, 96)):
+        pixels = torch.from_numpy(np.column_stack([rng.uniform(2, width - 2, 50), rng.uniform(2, height - 2, 50)]))
+        pixels = torch.cat([pixels, torch.tensor([[-3.0, 10.0], [10.0, height + 1.0]], dtype=pixels.dtype)])
+        inside, target = keypoint_target(pixels, width, height)
+        assert inside.tolist() == [True] * 50 + [False, False]
+        logits = torch.log(target.float() + 1e-12)[:, None].expand(-1, 2, -1)  # keypoint 0 (and a spare)
+        read, spread = keypoint_pixels(logits, width, height)
+        np.testing.assert_allclose(read.numpy(), pixels[inside].numpy(), atol=1e-3)
+        assert (spread < FEATURE_STRIDE).all()
+
+
+def test_the_locator_measures_sharp_keypoints_through_the_camera_and_nothing_else():
+    """A sharp keypoint gives the point on the estimated plane with a variance from its spread; a diffuse one gives
+    no position (blind variance); without camera geometry the regression passes through unchanged."""
+    geometry = CameraGeometry("grounded", "head_left", 128, 128)
+    locator = ObjectLocator(geometry, LocatorCfg())
+    truth = np.array([[0.1, 0.05, 0.12], [-0.2, -0.03, 0.1], [0.25, 0.0, 0.13]])
+    mean = np.zeros((3, 11))
+    mean[:, 2] = truth[:, 2]
+    mean[:, 3:] = 0.5
+    var = np.full((3, 3), 1e-4)
+    pixels = geometry.project(truth)
+    spread = np.array([2.0, 6.0, 20.0])
+    measured, measured_var = locator(mean, var, pixels, spread)
+    np.testing.assert_allclose(measured[:2, :3], truth[:2], atol=1e-9)
+    np.testing.assert_array_equal(measured[:, 3:], mean[:, 3:])
+    assert (measured_var[2] == BLIND_VAR).all()
+    # A keypoint twice as spread is trusted less; one pixel is about a centimetre at the pick zone.
+    assert 0.002 < np.sqrt(measured_var[0, :2]).max() < 0.02
+    assert (measured_var[1, :2] > measured_var[0, :2]).all()
+    passed = ObjectLocator(None)(mean, var, pixels, spread)
+    assert passed[0] is mean and passed[1] is var
 
 
 class _Payload:

@@ -86,7 +86,7 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
     payload = load_checkpoint(path)
     if payload.get("kind") != "object_centric":
         return PolicyAgent(build_policy(payload), name=str(path), seed=seed, device=device)
-    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy
+    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, object_locator
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
@@ -96,4 +96,4 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
         policy.load_state_dict(payload["model"])
     except (KeyError, RuntimeError) as e:
         raise CheckpointError(f"checkpoint {str(path)!r}: its weights do not fit its config ({e})") from None
-    return ObjectCentricAgent(policy, cfg.policy, oc.control_hz, name=str(path))
+    return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path))

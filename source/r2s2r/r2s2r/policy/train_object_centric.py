@@ -27,9 +27,10 @@ from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, 
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BIN, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
-                                         ObjectCentricPolicy, camera_projector, estimator_loss, head_input,
-                                         keypoint_loss, photometric, relative_actions, to_unit)
+from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
+                                         ObjectCentricPolicy, ObjectLocator, estimator_loss, head_input,
+                                         keypoint_loss, object_locator, photometric, relative_actions,
+                                         to_unit)
 from r2s2r.policy.train import TrainResult, lr_factor
 
 
@@ -49,6 +50,63 @@ def _split_holdout(d: LoadedDataset, demos: int) -> tuple[LoadedDataset, LoadedD
                               f"of {d.path}")
     cut = int(starts[len(starts) - demos])
     return _demos(d, 0, cut, d.num_demos - demos), _demos(d, cut, len(d), demos)
+
+
+def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
+            d: LoadedDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The tracker's measurements of every frame of `d` (as deployed): means (T, 11) and position variances
+    (T, 3); and the estimator's own regressed positions (T, 3)."""
+    parts = [model.estimate(d.images[camera][i:i + 256]) for i in range(0, len(d), 256)]
+    mean, var, pixels, spread = (np.concatenate([p[k] for p in parts]) for k in range(4))
+    return (*locator(mean, var, pixels, spread), mean[:, POS])
+
+
+def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, control_hz: float) -> np.ndarray:
+    """The tracker's state (T, 17) at every step of every demo of `d`, from its measurements."""
+    tracker = BeltTracker(1.0 / control_hz)
+    out = np.zeros((len(d), 17))
+    for t in range(len(d)):
+        if t == d.demo_start[t]:
+            tracker.reset()
+        out[t] = tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]))
+    return out
+
+
+def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str, d: LoadedDataset,
+                      control_hz: float) -> dict:
+    """Position errors (cm, in the belt plane) of a trained policy's perception on the demos of `d` (demos it did
+    not train on, for a fair figure), against the object poses the demos store: the per-frame measurement where
+    the keypoint measured (and how often it did), the estimator's regressed position, and the tracker (also across
+    the belt alone, where the grasp tolerates about 1 cm). Over the approach (every frame before the lift) and the
+    grasp window (the last second before the object first rises 2 cm off where it rode)."""
+    mean, var, regressed = measure(model, locator, camera, d)
+    state = track(d, mean, var, control_hz)
+    truth = d.labels[:, POS]
+    approach, window = np.zeros(len(d), bool), np.zeros(len(d), bool)
+    for s in np.unique(d.demo_start):
+        z = truth[s:d.demo_end[s] + 1, 2]
+        lifted = np.flatnonzero(z > z[0] + 0.02)
+        if len(lifted):
+            approach[s:s + lifted[0]] = True
+            window[max(s, s + lifted[0] - int(control_hz)):s + lifted[0]] = True
+    measured = var.max(axis=1) < BLIND_VAR
+    errors = {"measurement_xy": 100 * np.linalg.norm(mean[:, :2] - truth[:, :2], axis=1),
+              "regression_xy": 100 * np.linalg.norm(regressed[:, :2] - truth[:, :2], axis=1),
+              "tracker_xy": 100 * np.linalg.norm(state[:, :2] - truth[:, :2], axis=1),
+              "tracker_across_belt": 100 * np.abs(state[:, 1] - truth[:, 1])}
+
+    def stats(err: np.ndarray) -> dict:
+        if not len(err):
+            return {"frames": 0}
+        return {"median_cm": round(float(np.median(err)), 2), "p90_cm": round(float(np.percentile(err, 90)), 2),
+                "frames": int(len(err))}
+
+    report: dict = {"path": d.path, "demos": d.num_demos}
+    for name, frames in (("approach", approach), ("grasp_window", window)):
+        report[name] = {"measured_fraction": round(float(measured[frames].mean()), 3) if frames.any() else 0.0}
+        for key, err in errors.items():
+            report[name][key] = stats(err[frames & measured] if key == "measurement_xy" else err[frames])
+    return report
 
 
 class ObjectCentricTrainer:
@@ -81,10 +139,11 @@ class ObjectCentricTrainer:
         self.model.set_stats("label", *weighted_moments([d.labels for d in self.datasets], weights))
         self.log_path = self.run_dir / "log.jsonl"
         # Where each frame's object projects in the camera (the keypoint target), through the calibrated world.
-        h, w = cfg.policy.image_size
-        project = camera_projector(oc.keypoint_world, self.camera, w, h) if oc.keypoint_weight else None
-        self.pixels = {id(d): np.full((len(d), 2), -1.0, np.float32) if project is None else
-                       np.nan_to_num(project(d.labels[:, POS]), nan=-1.0).astype(np.float32) for d in self.datasets}
+        self.locator = object_locator(cfg)
+        geometry = self.locator.geometry
+        self.pixels = {id(d): np.full((len(d), 2), -1.0, np.float32) if geometry is None else
+                       np.nan_to_num(geometry.project(d.labels[:, POS]), nan=-1.0).astype(np.float32)
+                       for d in self.datasets}
         self.estimator_opt = torch.optim.AdamW(self.model.estimator.parameters(), lr=cfg.optim.lr * 3,
                                                weight_decay=cfg.optim.weight_decay)
         self.head_opt = torch.optim.AdamW(self.model.head.parameters(), lr=cfg.optim.lr * 3,
@@ -157,52 +216,9 @@ class ObjectCentricTrainer:
         return self._train("estimator", self.model.estimator, oc.estimator_steps, oc.estimator_batch,
                            self.estimator_batch, self.estimator_update, progress)
 
-    def _estimates(self, d: LoadedDataset) -> tuple[np.ndarray, np.ndarray]:
-        means, variances = [], []
-        for i in range(0, len(d), 256):
-            m, v = self.model.estimate(d.images[self.camera][i:i + 256])
-            means.append(m)
-            variances.append(v)
-        return np.concatenate(means), np.concatenate(variances)
-
     def tracked(self, d: LoadedDataset) -> np.ndarray:
-        """The tracker's state at every step of every demo of `d`, from the estimator's outputs (as deployed)."""
-        mean, var = self._estimates(d)
-        tracker = BeltTracker(1.0 / self.cfg.object_centric.control_hz)
-        out = np.zeros((len(d), 17))
-        for t in range(len(d)):
-            if t == d.demo_start[t]:
-                tracker.reset()
-            out[t] = tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]))
-        return out
-
-    def perception_report(self) -> dict:
-        """The estimator's and the tracker's position error (cm) on the held-out demos: over all frames, and in
-        the last second before the hand closes (the grasp window, where the arm hides the object)."""
-        part = self.holdout
-        mean, var = self._estimates(part)
-        track = self.tracked(part)
-        truth = part.labels[:, POS]
-        frame_err = 100 * np.linalg.norm(mean[:, POS] - truth, axis=1)
-        track_err = 100 * np.linalg.norm(track[:, :3] - truth, axis=1)
-        # The grasp window: the last second before the object first rises 2 cm off where it rode.
-        window = np.zeros(len(part), bool)
-        for s in np.unique(part.demo_start):
-            e = part.demo_end[s]
-            z = truth[s:e + 1, 2]
-            lifted = np.flatnonzero(z > z[0] + 0.02)
-            if len(lifted):
-                window[max(s, s + lifted[0] - 20):s + lifted[0]] = True
-        bin_err = 100 * np.linalg.norm(mean[:, BIN] - part.labels[:, BIN], axis=1)
-
-        def stats(err: np.ndarray) -> dict:
-            return {"median_cm": float(np.median(err)), "p90_cm": float(np.percentile(err, 90)),
-                    "frames": int(len(err))}
-
-        return {"held_out_demos": part.num_demos,
-                "estimator_position": {"all": stats(frame_err), "grasp_window": stats(frame_err[window])},
-                "tracker_position": {"all": stats(track_err), "grasp_window": stats(track_err[window])},
-                "bin_position": stats(bin_err)}
+        """The tracker's state at every step of every demo of `d` (as deployed)."""
+        return track(d, *measure(self.model, self.locator, self.camera, d)[:2], self.cfg.object_centric.control_hz)
 
     def prepare_head(self) -> None:
         """The head's training data: the tracker run over every demo (as deployed), hand-relative action chunks,
@@ -273,7 +289,9 @@ class ObjectCentricTrainer:
             self.train_estimator(progress)
             save_checkpoint(stage1, self._payload("estimator"))
         if self.holdout is not None:
-            write_text_atomic(self.run_dir / "perception.json", json.dumps(self.perception_report(), indent=2))
+            report = perception_report(self.model, self.locator, self.camera, self.holdout,
+                                       self.cfg.object_centric.control_hz)
+            write_text_atomic(self.run_dir / "perception.json", json.dumps(report, indent=2))
         start = time.perf_counter()
         loss = self.train_head(progress)
         speed = self.cfg.steps * self.cfg.object_centric.head_batch / (time.perf_counter() - start)

@@ -67,7 +67,7 @@ class CameraModel:
         self.max_ray_angle = self._usable_angle()
 
         u, v = np.meshgrid(np.arange(self.width, dtype=np.float64), np.arange(self.height, dtype=np.float64))
-        x, y, valid = self._unproject(u, v)
+        x, y, valid = self.unproject(u, v)
         self.valid_mask = valid
 
         # Smallest centred source frustum holding every valid ray plus the margin; the half-pixel of the
@@ -155,8 +155,9 @@ class CameraModel:
             theta_max = float(grid[folded[0] - 1])
         return theta_max
 
-    def _unproject(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Normalised pinhole coordinates (x, y) of the ray through each pixel, and whether it is rendered."""
+    def unproject(self, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Normalised pinhole coordinates (x, y) of the ray through each pixel (OpenCV camera frame, the inverse of
+        `project`), and whether it is rendered."""
         a = (u - self._cx) / self._fx
         b = (v - self._cy) / self._fy
         if not self._fisheye:
