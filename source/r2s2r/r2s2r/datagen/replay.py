@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,3 +54,67 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
         finally:
             env.close()
     return report
+
+
+def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras: tuple[str, ...],
+                   image_size: tuple[int, int] | None = None, progress: bool = False) -> int:
+    """Write `output`: the demos of `source` with the views of `cameras` rendered again from their stored states
+    (robomimic's states-to-observations): after a camera is remounted, added or resized, a simulated dataset, or
+    one recorded on the reality twin, gets the views it would have had. Each demo's task is reset with its seed and
+    condition (lighting, colours), every stored state is restored and the cameras observe it, sensor noise
+    included. Other fields are copied unchanged. Resumable: demos already in `output` are skipped. Returns how many
+    demos were rendered now."""
+    import r2s2r.tasks as tasks
+    from r2s2r.data.hdf5 import DemoWriter
+
+    source = Path(source)
+    with DemoReader(source) as reader:
+        env_args = dict(reader.env_args)
+        size = tuple(image_size) if image_size else tuple(env_args.get("image_size", (128, 128)))
+        recorded = tuple(env_args.get("cameras", ()))
+        if recorded and tuple(env_args.get("image_size", size)) != size:
+            raise DatasetError(f"--image-size {list(size)}: {source} holds {list(recorded)} at "
+                               f"{env_args.get('image_size')}; expected the same size for every camera")
+        for name in reader.names:
+            attrs = reader.attrs(name)
+            if "seed" not in attrs:
+                raise DatasetError(f"{source}: {name}: needs a 'seed' attr to render its states again")
+        extra = {k: v for k, v in env_args.items() if k not in ("env_name", "type")}
+        extra.update(cameras=sorted(set(recorded) | set(cameras)), image_size=list(size))
+        kwargs = {}
+        if reader.env_name == tasks.REAL_TASK:  # the twin: the truth file the demos were recorded on
+            from r2s2r.real.twin import reality_file
+
+            truth = reality_file()
+            recorded_truth = env_args.get("reality_file", truth.name)
+            if truth.name != recorded_truth:
+                truth = truth.with_name(recorded_truth)
+                if not truth.is_file():
+                    raise DatasetError(f"{source}: recorded on the twin with truth file {recorded_truth!r}, which is "
+                                       f"not beside {reality_file()}; set R2S2R_REALITY_FILE to it")
+            kwargs["reality"] = str(truth)
+        env = tasks.make(reader.env_name, cameras=tuple(cameras), image_size=size,
+                         control_hz=float(env_args.get("control_hz", 20.0)), **kwargs)
+        done = 0
+        try:
+            with DemoWriter(output, reader.env_name, extra) as writer:
+                have = {a.get("rendered_from") for a in writer.demo_attrs()}
+                todo = [n for n in reader.names if n not in have]
+                for name in tqdm(todo, desc="rendering states", unit="demo", disable=not progress):
+                    demo, attrs = reader.load(name, datagen_quat="xyzw"), reader.attrs(name)
+                    states = demo.get("states")
+                    if states is None:
+                        raise DatasetError(f"{source}: {name}: field 'states' is missing; it is what is rendered")
+                    env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
+                    frames = {c: [] for c in cameras}
+                    for state in np.asarray(states):
+                        env.set_state(state)
+                        images = env.observe()["images"]
+                        for c in cameras:
+                            frames[c].append(images[c])
+                    demo["obs"].update({c: np.stack(v) for c, v in frames.items()})
+                    writer.append(demo, {**attrs, "rendered_from": name})
+                    done += 1
+        finally:
+            env.close()
+    return done

@@ -160,7 +160,7 @@ class PickSortEnv(gym.Env):
         self._ctrl = ctrl
         self.steps = 0
         self.lifted = False
-        obs = self._observe()
+        obs = self.observe()
         return obs, self._info(None)
 
     def state(self) -> np.ndarray:
@@ -208,7 +208,7 @@ class PickSortEnv(gym.Env):
         self.physics.step(self.substeps - self.latency)
         self.steps += 1
         failure, success = self._evaluate()
-        obs = self._observe()
+        obs = self.observe()
         terminated = success or failure is not None
         truncated = False
         if not terminated and self.steps >= self.max_steps:
@@ -251,7 +251,9 @@ class PickSortEnv(gym.Env):
         return None
 
     # ----------------------------------------------------------------------------------------------------------
-    def _observe(self) -> dict:
+    def observe(self) -> dict:
+        """The observation of the current physics state (what reset and step return; after `set_state`, what the
+        cameras would have seen there)."""
         d = self.physics.host_data(0)
         ee_rot = d.site_xmat[self.grasp_site].reshape(3, 3)
         proprio = {

@@ -1,0 +1,61 @@
+"""Rendering a dataset's views again from its stored states."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from r2s2r.data.hdf5 import DemoReader
+from conftest import run_script
+
+
+def _blocks(images: np.ndarray) -> np.ndarray:
+    """4x4 block means: sensor noise (independent per pixel) averages out, the scene does not."""
+    t, h, w, c = images.shape
+    return images.astype(float).reshape(t, h // 4, 4, w // 4, 4, c).mean(axis=(2, 4))
+
+
+def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets):
+    """The oracle is the recording itself: the twin's right wrist view rendered from each stored state equals the
+    recorded frame up to sensor noise (and a step off would not); a new camera joins it, everything else is copied
+    as it was, and a rerun renders nothing again."""
+    source, out = policy_datasets["real"], tmp_path / "wrist.hdf5"
+    result = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
+                        "--output", str(out), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    with DemoReader(source) as a, DemoReader(out) as b:
+        assert a.names == b.names and b.env_args["cameras"] == ["head_left", "right_wrist"]
+        for name in a.names:
+            da, db = a.load(name), b.load(name)
+            recorded, rendered = _blocks(da["obs"]["right_wrist"]), _blocks(db["obs"]["right_wrist"])
+            aligned = np.abs(recorded - rendered).mean(axis=(1, 2, 3))
+            shifted = np.abs(recorded[1:] - rendered[:-1]).mean(axis=(1, 2, 3))
+            assert aligned.mean() < 2.0 and aligned.max() < 5.0, aligned
+            assert shifted.mean() > 1.5 * aligned.mean()
+            assert db["obs"]["head_left"].shape == (len(da["actions"]), 32, 32, 3)
+            assert db["obs"]["head_left"].std() > 10  # a scene, not a blank frame
+            np.testing.assert_array_equal(da["actions"], db["actions"])
+            np.testing.assert_array_equal(da["states"], db["states"])
+            np.testing.assert_array_equal(da["obs"]["datagen_info"]["object_pose"],
+                                          db["obs"]["datagen_info"]["object_pose"])
+            assert b.attrs(name)["seed"] == a.attrs(name)["seed"]
+    again = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
+                       "--output", str(out), "--no-progress")
+    assert again.returncode == 0 and "(0 rendered now)" in again.stdout, again.stdout + again.stderr
+
+
+def test_a_dataset_without_states_or_the_source_as_output_is_refused(tmp_path, policy_datasets):
+    source = policy_datasets["real"]
+    same = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "--output",
+                      str(source))
+    assert same.returncode == 2 and "expected a file other than --dataset" in same.stderr
+    stateless = tmp_path / "stateless.hdf5"
+    stateless.write_bytes(source.read_bytes())
+    with h5py.File(stateless, "a") as f:
+        for name in f["data"]:
+            del f["data"][name]["states"]
+    out = tmp_path / "out.hdf5"
+    result = run_script("render_states.py", "--dataset", str(stateless), "--cameras", "right_wrist", "--output",
+                        str(out))
+    assert result.returncode == 2 and "field 'states' is missing" in result.stderr, result.stderr
+    assert not out.exists()
