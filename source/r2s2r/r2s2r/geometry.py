@@ -43,14 +43,15 @@ def mat_to_quat(m: np.ndarray) -> np.ndarray:
 
 
 def quat_to_mat(q) -> np.ndarray:
-    w, x, y, z = np.asarray(q, dtype=float) / np.linalg.norm(q)
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
+    """Rotation matrices (..., 3, 3) of quaternions w, x, y, z (..., 4), normalized here."""
+    q = np.asarray(q, dtype=float)
+    w, x, y, z = np.moveaxis(q / np.linalg.norm(q, axis=-1, keepdims=True), -1, 0)
+    rows = (
+        (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+        (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+        (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
     )
+    return np.stack([np.stack(row, axis=-1) for row in rows], axis=-2)
 
 
 def rpy_to_quat(rpy) -> np.ndarray:

@@ -32,6 +32,7 @@ from torch.nn import functional as F
 from r2s2r.cell.spec import ConfigError
 from r2s2r.control.scripted import grasp_yaw
 from r2s2r.data.hdf5 import pose_xyzw_to_wxyz
+from r2s2r.geometry import quat_to_mat
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
 POS, YAW, SIZE, BIN = slice(0, 3), slice(3, 5), slice(5, 8), slice(8, 11)
@@ -39,7 +40,8 @@ LABEL_DIM = 11
 LABEL_FIELDS = {"object_pose": 7, "object_half_extents": 3, "target_bin_pos": 3}  # datagen_info field -> width
 # The head's proprioception (arm_dq is left out: with it a policy learns to continue its own motion).
 HEAD_PROPRIO = ("arm_q", "hand_q", "ee_pose", "belt_setpoint")
-EE_POS = slice(27, 30)  # the hand's position in HEAD_PROPRIO's concatenation (after arm_q 7, hand_q 20)
+EE_POSE = slice(27, 34)  # the hand's pose (position, w,x,y,z) in HEAD_PROPRIO's concatenation (after arm_q, hand_q)
+EE_POS = slice(27, 30)  # its position
 SETPOINT = 34  # the set-point's column there
 # Tracked state: object position and velocity relative to the hand, position std, yaw features, size, bin relative
 # to the hand.
@@ -181,19 +183,21 @@ class ObjectLocator:
         self.geometry = geometry
         self.cfg = cfg or LocatorCfg()
 
-    def __call__(self, mean: np.ndarray, var: np.ndarray, pixels: np.ndarray,
-                 spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Estimator outputs (B, 11), position variances (B, 3), keypoint pixels (B, 2) and spreads (B,) -> the
-        measurement (B, 11) in metres and its position variance (B, 3) in m^2."""
+    def __call__(self, mean: np.ndarray, var: np.ndarray, pixels: np.ndarray, spread: np.ndarray,
+                 ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Estimator outputs (B, 11), position variances (B, 3), keypoint pixels (B, 2) and spreads (B,), and the
+        hand's pose (B, 7) at those frames (needed for a wrist camera, whose pose follows it) -> the measurement
+        (B, 11) in metres and its position variance (B, 3) in m^2."""
         if self.geometry is None:
             return mean, var
         sharp = np.flatnonzero(spread <= self.cfg.max_spread_px)
         height_var = var[sharp, 2]
         mean, var = mean.copy(), np.full_like(var, BLIND_VAR)
-        point, drift = self.geometry.locate(pixels[sharp], mean[sharp, 2])
+        ee_pose = None if ee_pose is None else np.asarray(ee_pose)[sharp]
+        point, drift = self.geometry.locate(pixels[sharp], mean[sharp, 2], ee_pose)
         c = self.cfg
         pixel_var = np.maximum(c.std_floor_px, c.std_per_spread * spread[sharp]) ** 2
-        jac = self.geometry.pixels_per_metre(point)
+        jac = self.geometry.pixels_per_metre(point, ee_pose)
         planar = pixel_var[:, None] * np.diagonal(np.linalg.inv(jac.transpose(0, 2, 1) @ jac), axis1=1, axis2=2)
         mean[sharp, :2] = point[:, :2]
         var[sharp, :2] = planar + drift**2 * height_var[:, None]
@@ -202,8 +206,10 @@ class ObjectLocator:
 
 
 class CameraGeometry:
-    """A world-fixed camera of a world file at one image size: world points to pixels (the keypoint's training
-    target) and back, a pixel's ray to where it meets a horizontal plane (the object's position on the belt)."""
+    """A camera of a world file at one image size: world points to pixels (the keypoint's training target) and
+    back, a pixel's ray to where it meets a horizontal plane (the object's position). A wrist camera moves with the
+    hand: its pose at each frame is the hand's reported pose (`ee_pose`, the grasp site, w,x,y,z) composed with the
+    fixed mount between them, so those calls take the frames' `ee_pose` (N, 7)."""
 
     def __init__(self, world: str, camera: str, width: int, height: int):
         import mujoco
@@ -217,37 +223,54 @@ class CameraGeometry:
         if cam_cfg is None:
             raise ConfigError(f"policy.cameras: camera {camera!r} is not in world {world!r}; it has "
                               f"{[c.name for c in cell.cameras]}")
-        if cam_cfg.mount != "world":
-            raise ConfigError(f"object_centric.keypoint_weight > 0 with camera {camera!r}: expected a camera fixed "
-                              f"to the world (it is mounted on {cam_cfg.mount!r}, so the object's pixel depends on "
-                              f"the arm's pose); set object_centric.keypoint_weight=0 for it")
         model = build_model(cell)
         data = mujoco.MjData(model)
         mujoco.mj_forward(model, data)
         cam = model.camera(camera).id
         # MuJoCo's camera looks along -z with +y up; OpenCV's along +z with +y down: columns of `rot` flipped.
-        self.position = data.cam_xpos[cam].copy()
-        self.rot = data.cam_xmat[cam].reshape(3, 3) * np.array([1.0, -1.0, -1.0])
+        position, rot = data.cam_xpos[cam].copy(), data.cam_xmat[cam].reshape(3, 3) * np.array([1.0, -1.0, -1.0])
+        self.on_hand = cam_cfg.mount != "world"
+        if self.on_hand:  # the mount in the grasp site's frame
+            site = model.site(f"{cam_cfg.mount.removesuffix('_wrist')}_grasp").id
+            site_pos, site_rot = data.site_xpos[site], data.site_xmat[site].reshape(3, 3)
+            position, rot = site_rot.T @ (position - site_pos), site_rot.T @ rot
+        self.position, self.rot = position, rot
+        self.camera = camera
         self.lens = CameraModel(cam_cfg.lens, width, height)
 
-    def project(self, points: np.ndarray) -> np.ndarray:
-        """World points (N, 3) -> pixel coordinates (N, 2)."""
-        return self.lens.project((np.asarray(points, dtype=float) - self.position) @ self.rot)
+    def pose(self, count: int, ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The camera's world position (N, 3) and OpenCV-frame rotation (N, 3, 3) at `count` frames."""
+        if not self.on_hand:
+            return np.broadcast_to(self.position, (count, 3)), np.broadcast_to(self.rot, (count, 3, 3))
+        if ee_pose is None:
+            raise ValueError(f"camera {self.camera!r} moves with the hand: its geometry needs the frames' ee_pose")
+        ee = np.asarray(ee_pose, dtype=float).reshape(count, 7)
+        hand = quat_to_mat(ee[:, 3:])
+        return ee[:, :3] + hand @ self.position, hand @ self.rot
 
-    def locate(self, pixels: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def project(self, points: np.ndarray, ee_pose: np.ndarray | None = None) -> np.ndarray:
+        """World points (N, 3) -> pixel coordinates (N, 2)."""
+        points = np.asarray(points, dtype=float)
+        position, rot = self.pose(len(points), ee_pose)
+        return self.lens.project(np.einsum("ni,nij->nj", points - position, rot))
+
+    def locate(self, pixels: np.ndarray, z: np.ndarray,
+               ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Where each pixel's ray (N, 2) meets the horizontal plane at height z (N,): world points (N, 3), and the
         ray's horizontal drift per metre of height (N, 2), how an error in z moves the point."""
+        position, rot = self.pose(len(pixels), ee_pose)
         x, y, _ = self.lens.unproject(pixels[:, 0].astype(float), pixels[:, 1].astype(float))
-        ray = np.stack([x, y, np.ones_like(x)], axis=1) @ self.rot.T  # world directions
+        ray = np.einsum("nij,nj->ni", rot, np.stack([x, y, np.ones_like(x)], axis=1))  # world directions
         drift = ray[:, :2] / ray[:, 2:3]
-        t = (np.asarray(z, dtype=float) - self.position[2]) / ray[:, 2]
-        return self.position + t[:, None] * ray, drift
+        t = (np.asarray(z, dtype=float) - position[:, 2]) / ray[:, 2]
+        return position + t[:, None] * ray, drift
 
-    def pixels_per_metre(self, points: np.ndarray) -> np.ndarray:
+    def pixels_per_metre(self, points: np.ndarray, ee_pose: np.ndarray | None = None) -> np.ndarray:
         """(N, 2, 2): the pixel's derivative by the point's world x and y at each point."""
         eps = 1e-4
-        base = self.project(points)
-        return np.stack([(self.project(points + eps * np.eye(3)[k]) - base) / eps for k in range(2)], axis=2)
+        base = self.project(points, ee_pose)
+        return np.stack([(self.project(points + eps * np.eye(3)[k], ee_pose) - base) / eps for k in range(2)],
+                        axis=2)
 
 
 def estimator_loss(mean: torch.Tensor, log_var: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -443,7 +466,7 @@ class ObjectCentricAgent:
             raise ValueError(f"{self.name}: the observation's proprio lacks {missing}; the policy needs "
                              f"{list(HEAD_PROPRIO)}")
         proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
-        mean, var = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]))
+        mean, var = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]), proprio[None, EE_POSE])
         tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]))
         if not self.queue:
             ee = proprio[EE_POS]

@@ -27,7 +27,7 @@ from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, 
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
+from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, EE_POSE, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
                                          ObjectCentricPolicy, ObjectLocator, estimator_loss, head_input,
                                          keypoint_loss, object_locator, photometric, relative_actions,
                                          to_unit)
@@ -58,7 +58,7 @@ def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
     (T, 3); and the estimator's own regressed positions (T, 3)."""
     parts = [model.estimate(d.images[camera][i:i + 256]) for i in range(0, len(d), 256)]
     mean, var, pixels, spread = (np.concatenate([p[k] for p in parts]) for k in range(4))
-    return (*locator(mean, var, pixels, spread), mean[:, POS])
+    return (*locator(mean, var, pixels, spread, d.proprio[:, EE_POSE]), mean[:, POS])
 
 
 def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, control_hz: float) -> np.ndarray:
@@ -142,7 +142,8 @@ class ObjectCentricTrainer:
         self.locator = object_locator(cfg)
         geometry = self.locator.geometry
         self.pixels = {id(d): np.full((len(d), 2), -1.0, np.float32) if geometry is None else
-                       np.nan_to_num(geometry.project(d.labels[:, POS]), nan=-1.0).astype(np.float32)
+                       np.nan_to_num(geometry.project(d.labels[:, POS], d.proprio[:, EE_POSE]),
+                                     nan=-1.0).astype(np.float32)
                        for d in self.datasets}
         self.estimator_opt = torch.optim.AdamW(self.model.estimator.parameters(), lr=cfg.optim.lr * 3,
                                                weight_decay=cfg.optim.weight_decay)
