@@ -337,14 +337,6 @@ HEAD_LENS = LensCfg(model="pinhole", fx=0.85, fy=0.85)
 HEAD_POS: Vec3 = (0.0, -0.70, 1.0)
 HEAD_TARGET: Vec3 = (0.25, 0.0, 0.08)
 STEREO_BASELINE = 0.06
-# Wrist camera mounts in the palm frame (volar normal +x, fingers along +z): position, and the tilt from the
-# fingers' direction toward +x. The picking (right) hand's camera hangs under the palm, on the volar side of the
-# wrist, looking along the fingers and away from the palm: it sees what the hand is about to grasp, which a camera
-# behind the palm's back never does (replayed demos: 0 % of the last second before closure). The left hand holds
-# still as a camera stand (LEFT_HOME_Q points it at the pick zone), its camera behind the palm's back, looking past
-# it along the fingers.
-WRIST_CAMERA_MOUNTS: dict[str, tuple[Vec3, float]] = {"right": ((0.045, 0.0, 0.02), 30.0),
-                                                      "left": ((-0.045, 0.0, 0.0), 10.0)}
 
 
 def _default_cameras() -> tuple[CameraCfg, ...]:
@@ -353,17 +345,15 @@ def _default_cameras() -> tuple[CameraCfg, ...]:
     half = STEREO_BASELINE / 2
     yaw = head_rpy[2]
     dx, dy = math.cos(yaw) * half, math.sin(yaw) * half
-
-    def wrist_pose(side: str) -> Pose:
-        pos, tilt = WRIST_CAMERA_MOUNTS[side]
-        t = math.radians(tilt)
-        return Pose(pos, look_rpy((math.sin(t), 0.0, math.cos(t)), (-1.0, 0.0, 0.0)))
-
+    # Wrist cameras sit behind the back of the palm (the palm's volar normal is +x, fingers along +z), looking
+    # along the fingers and tilted 10 degrees toward the palm side so the view clears the palm's back.
+    tilt = math.radians(10)
+    wrist_pose = Pose((-0.045, 0.0, 0.0), look_rpy((math.sin(tilt), 0.0, math.cos(tilt)), (-1.0, 0.0, 0.0)))
     return (
         CameraCfg("head_left", "world", Pose((HEAD_POS[0] - dx, HEAD_POS[1] - dy, HEAD_POS[2]), head_rpy), HEAD_LENS),
         CameraCfg("head_right", "world", Pose((HEAD_POS[0] + dx, HEAD_POS[1] + dy, HEAD_POS[2]), head_rpy), HEAD_LENS),
-        CameraCfg("right_wrist", "right_wrist", wrist_pose("right"), FISHEYE),
-        CameraCfg("left_wrist", "left_wrist", wrist_pose("left"), FISHEYE),
+        CameraCfg("right_wrist", "right_wrist", wrist_pose, FISHEYE),
+        CameraCfg("left_wrist", "left_wrist", wrist_pose, FISHEYE),
     )
 
 

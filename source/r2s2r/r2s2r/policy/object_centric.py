@@ -230,6 +230,10 @@ class CameraGeometry:
         # MuJoCo's camera looks along -z with +y up; OpenCV's along +z with +y down: columns of `rot` flipped.
         position, rot = data.cam_xpos[cam].copy(), data.cam_xmat[cam].reshape(3, 3) * np.array([1.0, -1.0, -1.0])
         self.on_hand = cam_cfg.mount != "world"
+        if cam_cfg.mount not in ("world", "right_wrist"):
+            raise ConfigError(f"policy.cameras: camera {camera!r} rides on {cam_cfg.mount!r}, whose pose the policy "
+                              f"does not observe (proprio ee_pose is the right hand's); expected a camera fixed to "
+                              f"the world or on the right wrist")
         if self.on_hand:  # the mount in the grasp site's frame
             site = model.site(f"{cam_cfg.mount.removesuffix('_wrist')}_grasp").id
             site_pos, site_rot = data.site_xpos[site], data.site_xmat[site].reshape(3, 3)
