@@ -17,8 +17,8 @@ def _blocks(images: np.ndarray) -> np.ndarray:
 
 def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets):
     """The oracle is the recording itself: the twin's right wrist view rendered from each stored state equals the
-    recorded frame up to sensor noise (and a step off would not); a new camera joins it, everything else is copied
-    as it was, and a rerun renders nothing again."""
+    recorded frame up to sensor noise (and the state of a second later would not); a new camera joins it,
+    everything else is copied as it was, and a rerun renders nothing again."""
     source, out = policy_datasets["real"], tmp_path / "wrist.hdf5"
     result = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
                         "--output", str(out), "--no-progress")
@@ -29,7 +29,7 @@ def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_pa
             da, db = a.load(name), b.load(name)
             recorded, rendered = _blocks(da["obs"]["right_wrist"]), _blocks(db["obs"]["right_wrist"])
             aligned = np.abs(recorded - rendered).mean(axis=(1, 2, 3))
-            shifted = np.abs(recorded[1:] - rendered[:-1]).mean(axis=(1, 2, 3))
+            shifted = np.abs(recorded[20:] - rendered[:-20]).mean(axis=(1, 2, 3))  # a second apart
             assert aligned.mean() < 2.0 and aligned.max() < 5.0, aligned
             assert shifted.mean() > 1.5 * aligned.mean()
             assert db["obs"]["head_left"].shape == (len(da["actions"]), 32, 32, 3)

@@ -81,20 +81,13 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
                 raise DatasetError(f"{source}: {name}: needs a 'seed' attr to render its states again")
         extra = {k: v for k, v in env_args.items() if k not in ("env_name", "type")}
         extra.update(cameras=sorted(set(recorded) | set(cameras)), image_size=list(size))
-        kwargs = {}
-        if reader.env_name == tasks.REAL_TASK:  # the twin: the truth file the demos were recorded on
-            from r2s2r.real.twin import reality_file
-
-            truth = reality_file()
-            recorded_truth = env_args.get("reality_file", truth.name)
-            if truth.name != recorded_truth:
-                truth = truth.with_name(recorded_truth)
-                if not truth.is_file():
-                    raise DatasetError(f"{source}: recorded on the twin with truth file {recorded_truth!r}, which is "
-                                       f"not beside {reality_file()}; set R2S2R_REALITY_FILE to it")
-            kwargs["reality"] = str(truth)
         env = tasks.make(reader.env_name, cameras=tuple(cameras), image_size=size,
-                         control_hz=float(env_args.get("control_hz", 20.0)), **kwargs)
+                         control_hz=float(env_args.get("control_hz", 20.0)))
+        recorded_truth = env_args.get("reality_file")
+        if recorded_truth and env.world is not None and env.world.path.name != recorded_truth:
+            env.close()  # the twin now runs another truth file than the one the demos were recorded on
+            raise DatasetError(f"{source}: recorded on the twin with truth file {recorded_truth!r}, but the twin "
+                               f"runs {env.world.path.name!r}; point R2S2R_REALITY_FILE at the recorded one")
         done = 0
         try:
             with DemoWriter(output, reader.env_name, extra) as writer:
