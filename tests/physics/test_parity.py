@@ -158,3 +158,29 @@ def test_host_data_and_eager_launches(scene, single):
     eager = MujocoWarpBackend(scene["model"], 1, scene["periodic"], device="cpu", graph=False)
     xpos, _ = _run(eager, scene["initial_qpos"](0), scene["ctrl"], steps=50)
     np.testing.assert_array_equal(xpos[:, 0], single["xpos"][:50])
+
+
+@pytest.mark.parametrize("backend", ["mujoco", "mujoco_warp"])
+def test_writes_into_host_data_set_the_state_on_every_backend(scene, backend):
+    # host_data means the same on both backends: writing into its state fields sets those entries of that world's
+    # state (on MuJoCo C it is the live data; on MuJoCo Warp a copy whose edits reach the device before the next
+    # call), including through a copy that later steps left stale, which must not roll the other entries back.
+    from r2s2r.physics import make_physics
+
+    model, cube, belt = scene["model"], scene["cube"], scene["model"].actuator("belt_drive").id
+    physics = make_physics(backend, model, 2, scene["periodic"], device="cpu" if backend == "mujoco_warp" else None)
+    q0 = np.stack([scene["initial_qpos"](k) for k in range(2)])
+    physics.reset(q0, np.zeros(model.nv), scene["ctrl"])
+    lifted = (0.2, 0.1, 0.5)
+    d = physics.host_data(1)
+    d.qpos[cube : cube + 3] = lifted
+    np.testing.assert_allclose(physics.qpos()[1, cube : cube + 3], lifted, atol=1e-6)
+    np.testing.assert_allclose(physics.qpos()[0], q0[0], atol=1e-6)  # the other world keeps its state
+    physics.step(25)  # 50 ms: the lifted cube falls ~12 mm
+    d.ctrl[belt] = 0.0  # into the copy taken before the steps
+    physics.step(1)
+    assert physics.host_data(1).ctrl[belt] == 0.0
+    assert physics.host_data(0).ctrl[belt] == pytest.approx(BELT_SPEED)  # float32 on MuJoCo Warp
+    assert physics.qpos()[1, cube + 2] < lifted[2] - 0.005  # still falling, not back at the stale height
+    physics.host_data(0).qvel[0] = np.nan
+    assert physics.unstable().tolist() == [True, False]

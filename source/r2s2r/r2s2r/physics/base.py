@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
+# The `MjData` fields that make up a world's state as `host_data` exposes it for writing (see there).
+STATE_FIELDS = ("qpos", "qvel", "ctrl", "act", "mocap_pos", "mocap_quat")
+
 
 @dataclass(frozen=True)
 class PeriodicJoint:
@@ -60,7 +63,13 @@ class PhysicsBackend(ABC):
 
     @abstractmethod
     def host_data(self, world: int = 0) -> mujoco.MjData:
-        """A `MjData` holding world `world`'s current state with kinematics and contacts computed."""
+        """A `MjData` holding world `world`'s current state with kinematics and contacts computed.
+
+        It reflects the state as of this call: call again after `reset` or `step` (on MuJoCo C it is the live data
+        and stays current, elsewhere it is a host copy). Writing into its state fields (`STATE_FIELDS`) sets those
+        entries of the world's state, as writing into a live `MjData` would: every backend applies such writes
+        before its next call (`reset` then overrides them). Other fields are derived and are recomputed.
+        """
 
     @abstractmethod
     def unstable(self) -> np.ndarray:

@@ -1,8 +1,9 @@
 """MuJoCo Warp: `nworld` copies of the cell stepped together on a Warp device (a CUDA GPU, or Warp's CPU device).
 
 The state lives on the device between calls; the host sees it only through the accessors (one `.numpy()` copy
-each) and `host_data`. The belt's periodic joint is wrapped by a small kernel after every step, so stepping
-never round-trips through the host.
+each) and `host_data`, a host copy whose state edits are written back before the next call (see `host_data`).
+The belt's periodic joint is wrapped by a small kernel after every step, so stepping never round-trips through
+the host.
 """
 
 # No `from __future__ import annotations` here: Warp reads the kernel signatures' annotations as types.
@@ -12,7 +13,7 @@ import mujoco_warp as mjw
 import numpy as np
 import warp as wp
 
-from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
+from r2s2r.physics.base import STATE_FIELDS, PeriodicJoint, PhysicsBackend
 
 # Contact and constraint buffers. The cell has about 30 contacts per world at rest (ten objects on the floor or
 # belt) and up to ~60 while a hand grasps, so 128 contacts per world leaves 2x headroom. MJWarp pools contacts
@@ -88,6 +89,7 @@ class MujocoWarpBackend(PhysicsBackend):
         self.nconmax = nconmax
         self.njmax = njmax if njmax is not None else _default_njmax(model, nconmax)
         self._hosts: dict[int, mujoco.MjData] = {}
+        self._pulled: dict[int, dict[str, np.ndarray]] = {}  # per host copy: its state fields as last pulled
         with wp.ScopedDevice(self.device):
             self.wmodel = mjw.put_model(model)
             # Overflows are reported through `unstable()`; in-kernel printing would also fire on the routine
@@ -106,6 +108,7 @@ class MujocoWarpBackend(PhysicsBackend):
         qpos = self._rows(qpos, self.nworld, m.nq, "qpos")
         qvel = self._rows(qvel, self.nworld, m.nv, "qvel")
         ctrl = self._rows(ctrl, self.nworld, m.nu, "ctrl")
+        self._push_host_edits()  # then overridden below, as a reset overrides writes into a live MjData
         with wp.ScopedDevice(self.device):
             # As mj_resetData: clears time, warm start, applied forces, activations and the overflow flags.
             mjw.reset_data(self.wmodel, self.wdata)
@@ -116,6 +119,7 @@ class MujocoWarpBackend(PhysicsBackend):
 
     def set_ctrl(self, ctrl: np.ndarray) -> None:
         ctrl = self._rows(ctrl, self.nworld, self.model.nu, "ctrl")
+        self._push_host_edits()
         self.wdata.ctrl.assign(ctrl.astype(np.float32))
 
     def _step_once(self) -> None:
@@ -125,6 +129,7 @@ class MujocoWarpBackend(PhysicsBackend):
                       inputs=[self.wdata.qpos, self._periodic_adr, self._periodic_period])
 
     def step(self, nsteps: int = 1) -> None:
+        self._push_host_edits()
         with wp.ScopedDevice(self.device):
             if self._use_graph and self._graph is None:
                 # Capture needs compiled kernels and must not advance the state, so the first step runs eagerly
@@ -142,20 +147,25 @@ class MujocoWarpBackend(PhysicsBackend):
 
     # ------------------------------------------------------------------------------------------------------------
     def qpos(self) -> np.ndarray:
+        self._push_host_edits()
         return self.wdata.qpos.numpy().astype(np.float64)
 
     def qvel(self) -> np.ndarray:
+        self._push_host_edits()
         return self.wdata.qvel.numpy().astype(np.float64)
 
     def xpos(self) -> np.ndarray:
+        self._push_host_edits()
         return self.wdata.xpos.numpy().astype(np.float64)
 
     def xquat(self) -> np.ndarray:
+        self._push_host_edits()
         return self.wdata.xquat.numpy().astype(np.float64)
 
     def host_data(self, world: int = 0) -> mujoco.MjData:
         if not 0 <= world < self.nworld:
             raise IndexError(f"world = {world}: expected 0 <= world < {self.nworld}")
+        self._push_host_edits()
         d = self._hosts.get(world)
         if d is None:
             d = self._hosts[world] = mujoco.MjData(self.model)
@@ -163,19 +173,39 @@ class MujocoWarpBackend(PhysicsBackend):
         # Only the state comes over (one row per array); MuJoCo C then derives poses and contacts from it, which
         # is cheaper than mjw.get_data_into pulling every derived array of every world.
         d.time = float(w.time[world : world + 1].numpy()[0])
-        d.qpos[:] = w.qpos[world].numpy()
-        d.qvel[:] = w.qvel[world].numpy()
-        d.ctrl[:] = w.ctrl[world].numpy()
         d.qacc_warmstart[:] = w.qacc_warmstart[world].numpy()
-        if self.model.na:
-            d.act[:] = w.act[world].numpy()
-        if self.model.nmocap:
-            d.mocap_pos[:] = w.mocap_pos[world].numpy()
-            d.mocap_quat[:] = w.mocap_quat[world].numpy()
+        for name in STATE_FIELDS:
+            if getattr(d, name).size:  # act and mocap are empty in models without them
+                getattr(d, name)[:] = getattr(w, name)[world].numpy()
         mujoco.mj_forward(self.model, d)
+        self._pulled[world] = {name: getattr(d, name).copy() for name in STATE_FIELDS}
         return d
 
+    def _push_host_edits(self) -> None:
+        """Write to the device what was written into a `host_data` copy's state fields since it was pulled, so that
+        writing into host_data means what it means on MuJoCo C. Only the entries that changed are written: a copy
+        left stale by a later step must not roll the rest of the state back."""
+        for world, pulled in self._pulled.items():
+            d = self._hosts[world]
+            for name, before in pulled.items():
+                now = getattr(d, name)
+                edited = (now != before) & ~(np.isnan(now) & np.isnan(before))
+                if edited.any():
+                    row = getattr(self.wdata, name)[world]
+                    values = row.numpy()
+                    values[edited] = now[edited]
+                    row.assign(values)
+                    before[edited] = now[edited]
+
+    def device_state(self) -> tuple[mjw.Model, mjw.Data]:
+        """The device model and data, for code that launches its own kernels on them (the Warp renderer), with the
+        writes into `host_data` applied first. The model's arrays are written only in place (`assign`): the
+        captured step graph holds them."""
+        self._push_host_edits()
+        return self.wmodel, self.wdata
+
     def unstable(self) -> np.ndarray:
+        self._push_host_edits()
         with wp.ScopedDevice(self.device):
             self._flags.zero_()
             wp.launch(_flag_nonfinite, dim=(self.nworld, max(self.model.nq, self.model.nv)),

@@ -33,7 +33,9 @@ def _is_size(n: object) -> bool:
 class RenderBackend(ABC):
     """Renders `cameras` of `cell` at `width` x `height` for all worlds of a physics backend.
 
-    `model` must be the model the physics backend steps (or a copy of it): camera and geom ids are shared.
+    `model` must be the model the physics backend steps (or a copy of it): camera and geom ids are shared. Every
+    backend draws the appearance (colours, lights) `model` has when `render` is called, so edits made to it
+    between frames, such as a task's per-episode colours, show on all of them.
     `shadows` and `multisample` (anti-aliasing) are off by default because each costs several times the
     render time on a CPU rasteriser.
     """

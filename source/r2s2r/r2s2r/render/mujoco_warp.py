@@ -4,6 +4,10 @@ Runs on the Warp device of the physics backend when that is MuJoCo Warp (its dev
 as they are, so nothing crosses to the host but the images), otherwise on `device` (default: the first CUDA
 GPU, else Warp's CPU device) with each world's poses uploaded from `physics.host_data` every frame.
 
+Either way the device model is a copy taken once, while tasks set object colours and lights per episode in the
+host model, which the GL renderer reads every frame. So every frame first copies the appearance (`APPEARANCE`)
+of the model this renderer was given into the device model it draws with.
+
 Primary rays are computed once, when the render context is made, from the model's camera field of view, so
 the context is built from a private copy of the model whose cameras carry their lens' `render_fovy_deg`; the
 model and the physics' device model keep MuJoCo's placeholder. The context is made on the first `render`
@@ -30,6 +34,19 @@ from r2s2r.physics.base import PhysicsBackend
 from r2s2r.render.base import RenderBackend
 
 BACKGROUND = (0.0, 0.0, 0.0, 1.0)  # what the GL renderer clears to when the model has no skybox
+# Model fields that only change how the scene looks, and that the ray tracer reads from the device model (or, for
+# lights, that the device light poses are computed from).
+APPEARANCE = ("geom_rgba", "mat_rgba", "light_active", "light_pos", "light_dir", "light_ambient", "light_diffuse",
+              "light_specular")
+
+
+def push_appearance(model: mujoco.MjModel, wmodel: mjw.Model) -> None:
+    """Copy `model`'s `APPEARANCE` into `wmodel`, a device model made from the same cell, in place (a physics
+    backend's captured step graph holds its arrays). Device model arrays carry a leading world axis (length 1, or
+    nworld where randomised per world); the host value goes to every row."""
+    for name in APPEARANCE:
+        dst, src = getattr(wmodel, name), getattr(model, name)
+        dst.assign(np.broadcast_to(src, (dst.shape[0], *src.shape)))
 
 
 def default_device() -> str:
@@ -89,7 +106,8 @@ class MujocoWarpRenderer(RenderBackend):
     def _device_state(self, physics: PhysicsBackend):
         """The device model and data to render, with this frame's poses in the data."""
         if hasattr(physics, "wdata"):
-            m, d = physics.wmodel, physics.wdata
+            m, d = physics.device_state()
+            push_appearance(self.model, m)  # before camlight, which places the lights from light_pos / light_dir
             # After a step the device poses are those the step started from (a step computes kinematics
             # before integrating). Recompute them from the current state, as `host_data` does for the GL
             # renderer; these are derived quantities the next step overwrites, so the dynamics are unchanged.
@@ -107,6 +125,7 @@ class MujocoWarpRenderer(RenderBackend):
                 warnings.filterwarnings("ignore", message="MULTICCD", category=UserWarning)
                 self._upload = (mjw.put_model(self._render_model), mjw.make_data(self.model, nworld=physics.nworld))
         m, d = self._upload
+        push_appearance(self.model, m)  # fovy and shadows are not appearance fields: the copy's own stay
         # Only the poses the ray tracer reads (and the BVH refit) are uploaded: geoms, cameras and lights.
         datas = [physics.host_data(w) for w in range(physics.nworld)]
         n = len(datas)
