@@ -52,7 +52,7 @@ def write_variant(tmp_path, edit) -> Path:
         (lambda d: d["cell"]["belt"].update(sped_scale=1.0), "cell.belt.sped_scale: unknown field"),
         (lambda d: d["cell"]["objects"].update(banana={"mass": 0.1}), "cell.objects.banana: no such item"),
         (lambda d: d["cell"]["arms"]["right"].update(latency_steps=2.5), "latency_steps = 2.5: expected an integer"),
-        (lambda d: d["cell"]["cameras"]["head_left"]["lens"].update(fx=-1.0), "fx/fy"),
+        (lambda d: d["cell"]["cameras"]["head_left"]["lens"].update(fx=-1.0), "head_left.lens.fx = -1.0"),
         (lambda d: d.update(kind="imaginary"), "kind = 'imaginary'"),
     ],
 )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -24,15 +25,53 @@ class ConfigError(ValueError):
     """A configuration value is outside what the cell accepts; the message names the field."""
 
 
-def _require(ok: bool, fieldname: str, value: object, expected: str) -> None:
+def require(ok: bool, fieldname: str, value: object, expected: str) -> None:
     if not ok:
         raise ConfigError(f"{fieldname} = {value!r}: expected {expected}")
+
+
+def _check(fieldname: str, value: object, lo: float, hi: float, unit: str = "", *, n: int | None = None,
+           integer: bool = False) -> None:
+    """`value` is a number in [lo, hi] (an integer if `integer`); with `n`, a list of `n` such numbers.
+
+    Every numeric field of the cell goes through here. The bounds are finite, so NaN and +-inf fail the range test;
+    strings, booleans and lists of the wrong length fail the type test. Errors name the field (the element, for a
+    list), the value and the range."""
+    if n is not None:
+        require(isinstance(value, tuple | list) and len(value) == n, fieldname, value, f"a list of {n} numbers")
+        for i, v in enumerate(value):  # type: ignore[arg-type]
+            _check(f"{fieldname}[{i}]", v, lo, hi, unit, integer=integer)
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool) and lo <= value <= hi  # type: ignore[operator]
+    require(ok, fieldname, value, f"{'an integer' if integer else 'a finite number'} in [{lo:g}, {hi:g}]"
+            + (f" {unit}" if unit else ""))
+
+
+def _check_flag(fieldname: str, value: object) -> None:
+    require(isinstance(value, bool), fieldname, value, "true or false")
+
+
+# Physical ranges shared by several fields (closed intervals).
+# Everything placed in the world frame (cameras, robot bases, belt, bins, lights) lies within 5 m of the cell
+# origin along each axis: the cell is about 2 m across, so more is a unit slip (mm written as m) or a typo.
+CELL_EXTENT = 5.0
+# A camera on a palm, or a hand on a flange adapter, sits within 0.3 m of what carries it.
+MOUNT_REACH = 0.3
+# Angles (rpy, joint positions, belt yaw) stay within one turn either way; beyond it they are degrees given as
+# radians.
+ANGLE_LIMIT = 2 * math.pi
 
 
 @dataclass(frozen=True)
 class Pose:
     pos: Vec3 = (0.0, 0.0, 0.0)
     rpy: Vec3 = (0.0, 0.0, 0.0)
+
+    def validate(self, where: str, reach: float) -> None:
+        """Position within `reach` metres of the parent frame's origin on each axis, finite angles within a turn."""
+        _check(f"{where}.pos", self.pos, -reach, reach, "m", n=3)
+        _check(f"{where}.rpy", self.rpy, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=3)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -67,22 +106,20 @@ class ArmCfg:
 
     def validate(self) -> None:
         prefix = f"arms.{self.name}"
-        for attr in ("home_q", "kp", "kd", "joint_damping", "joint_frictionloss", "link_length_offsets"):
-            v = getattr(self, attr)
-            _require(len(v) == ARM_DOF, f"{prefix}.{attr}", v, f"{ARM_DOF} values")
-        _require(all(d >= 0 for d in self.joint_damping), f"{prefix}.joint_damping", self.joint_damping, ">= 0")
-        _require(all(f >= 0 for f in self.joint_frictionloss), f"{prefix}.joint_frictionloss",
-                 self.joint_frictionloss, ">= 0")
-        _require(isinstance(self.latency_steps, int) and 0 <= self.latency_steps <= 20, f"{prefix}.latency_steps",
-                 self.latency_steps, "an integer number of physics steps in [0, 20]")
-        _require(all(k > 0 for k in self.kp), f"{prefix}.kp", self.kp, "positive gains")
-        _require(all(k >= 0 for k in self.kd), f"{prefix}.kd", self.kd, "non-negative gains")
-        _require(
-            all(abs(o) <= 0.02 for o in self.link_length_offsets),
-            f"{prefix}.link_length_offsets",
-            self.link_length_offsets,
-            "offsets within +-0.02 m",
-        )
+        self.base.validate(f"{prefix}.base", CELL_EXTENT)
+        self.hand_mount.validate(f"{prefix}.hand_mount", MOUNT_REACH)
+        _check(f"{prefix}.home_q", self.home_q, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=ARM_DOF)
+        # The Rizon 4s joints give at most 123 N*m (URDF efforts): a joint stiffness beyond 1e4 N*m/rad, damping
+        # beyond 1e3 N*m*s/rad or a Coulomb friction beyond 50 N*m is not something its joint impedance delivers.
+        _check(f"{prefix}.kp", self.kp, 1.0, 1e4, "N*m/rad", n=ARM_DOF)
+        _check(f"{prefix}.kd", self.kd, 0.0, 1e3, "N*m*s/rad", n=ARM_DOF)
+        _check(f"{prefix}.joint_damping", self.joint_damping, 0.0, 100.0, "N*m*s/rad", n=ARM_DOF)
+        _check(f"{prefix}.joint_frictionloss", self.joint_frictionloss, 0.0, 50.0, "N*m", n=ARM_DOF)
+        _check(f"{prefix}.armature", self.armature, 0.0, 5.0, "kg*m^2 (reflected rotor inertia)")
+        # 20 steps is 40 ms at the default timestep, over twice the longest delay of the truth files (18 ms).
+        _check(f"{prefix}.latency_steps", self.latency_steps, 0, 20, "physics steps", integer=True)
+        # Manufacturing tolerances of the links are millimetres; +-2 cm is already a different arm.
+        _check(f"{prefix}.link_length_offsets", self.link_length_offsets, -0.02, 0.02, "m", n=ARM_DOF)
 
 
 @dataclass(frozen=True)
@@ -100,9 +137,13 @@ class HandCfg:
     friction: float = 1.2
 
     def validate(self) -> None:
-        _require(all(k > 0 for k in self.kp), "hand.kp", self.kp, "positive gains")
-        _require(all(k >= 0 for k in self.kd), "hand.kd", self.kd, "non-negative gains")
-        _require(0.1 <= self.friction <= 3.0, "hand.friction", self.friction, "a value in [0.1, 3.0]")
+        # The finger joints give at most 0.6 N*m (URDF efforts); the bounds sit one to two orders of magnitude above
+        # the maker's values.
+        _check("hand.kp", self.kp, 0.01, 50.0, "N*m/rad", n=4)
+        _check("hand.kd", self.kd, 0.0, 5.0, "N*m*s/rad", n=4)
+        _check("hand.joint_damping", self.joint_damping, 0.0, 5.0, "N*m*s/rad", n=4)
+        _check("hand.armature", self.armature, 0.0, 0.01, "kg*m^2", n=4)
+        _check("hand.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -134,13 +175,22 @@ class BeltCfg:
     speed_jitter: float = 0.0
 
     def validate(self) -> None:
-        lo, hi = self.speed_range
-        _require(0.0 <= lo <= hi <= 1.0, "belt.speed_range", self.speed_range, "0 <= low <= high <= 1.0 m/s")
-        _require(self.length >= 1.0, "belt.length", self.length, ">= 1.0 m (an episode must fit)")
-        _require(0.5 <= self.speed_scale <= 1.5, "belt.speed_scale", self.speed_scale, "a factor in [0.5, 1.5]")
-        _require(0.0 <= self.speed_jitter <= 0.2, "belt.speed_jitter", self.speed_jitter, "a value in [0, 0.2]")
-        _require(0.1 <= self.width <= 1.0, "belt.width", self.width, "a width in [0.1, 1.0] m")
-        _require(0.0 < self.slat_pitch <= 0.2, "belt.slat_pitch", self.slat_pitch, "a pitch in (0, 0.2] m")
+        _check("belt.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        # The layout (robot and bins on the -y side) assumes a belt running along +x; turned by more than 45 degrees
+        # it would run toward the robot.
+        _check("belt.yaw", self.yaw, -math.pi / 4, math.pi / 4, "rad")
+        _check("belt.length", self.length, 1.0, 10.0, "m (an episode must fit)")
+        _check("belt.width", self.width, 0.1, 1.0, "m")
+        _check("belt.thickness", self.thickness, 0.005, 0.2, "m")
+        _check("belt.slat_pitch", self.slat_pitch, 0.01, 0.2, "m (one visual slat per pitch)")
+        _check("belt.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
+        _check("belt.mass", self.mass, 1.0, 1000.0, "kg")
+        _check("belt.speed_gain", self.speed_gain, 1.0, 1e5, "N/(m/s)")
+        _check("belt.speed_range", self.speed_range, 0.0, 1.0, "m/s", n=2)
+        require(self.speed_range[0] <= self.speed_range[1], "belt.speed_range", self.speed_range,
+                "0 <= low <= high <= 1.0 m/s")
+        _check("belt.speed_scale", self.speed_scale, 0.5, 1.5, "(true over commanded speed)")
+        _check("belt.speed_jitter", self.speed_jitter, 0.0, 0.2, "(relative standard deviation)")
 
 
 Shape = Literal["box", "sphere", "cylinder", "capsule", "ellipsoid"]
@@ -169,12 +219,16 @@ class ObjectCfg:
         return self.half_extents[2]
 
     def validate(self, where: str) -> None:
-        _require(self.shape in ("box", "sphere", "cylinder", "capsule", "ellipsoid"), f"{where}.shape",
-                 self.shape, "one of box, sphere, cylinder, capsule, ellipsoid")
-        _require(all(0.005 <= s <= 0.08 for s in self._used_sizes()), f"{where}.size", self.size,
-                 "half-sizes in [0.005, 0.08] m")
-        _require(0.005 <= self.mass <= 1.0, f"{where}.mass", self.mass, "a mass in [0.005, 1.0] kg")
-        _require(0.1 <= self.friction <= 3.0, f"{where}.friction", self.friction, "a value in [0.1, 3.0]")
+        require(isinstance(self.name, str) and bool(self.name), f"{where}.name", self.name, "a non-empty string")
+        require(self.shape in ("box", "sphere", "cylinder", "capsule", "ellipsoid"), f"{where}.shape",
+                self.shape, "one of box, sphere, cylinder, capsule, ellipsoid")
+        # Objects the Wuji hand's ~10 cm fingers can close around: half-sizes of 5 mm to 8 cm, up to 1 kg (its
+        # payload). Half-sizes the shape does not use may be 0.
+        _check(f"{where}.size", self.size, 0.0, 0.08, "m", n=3)
+        for i, s in enumerate(self._used_sizes()):
+            _check(f"{where}.size[{i}]", s, 0.005, 0.08, f"m (a half-size a {self.shape} uses)")
+        _check(f"{where}.mass", self.mass, 0.005, 1.0, "kg")
+        _check(f"{where}.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
 
     def _used_sizes(self) -> tuple[float, ...]:
         n = {"box": 3, "sphere": 1, "cylinder": 2, "capsule": 2, "ellipsoid": 3}.get(self.shape, 3)
@@ -210,6 +264,14 @@ class BinCfg:
     inner_size: tuple[float, float] = (0.16, 0.16)
     wall_height: float = 0.08
     wall_thickness: float = 0.01
+
+    def validate(self, where: str) -> None:
+        require(isinstance(self.colour, str), f"{where}.colour", self.colour, "a colour name")
+        _check(f"{where}.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        # A tote that holds the objects (>= 5 cm inside) and stands on the floor of a 2 m cell.
+        _check(f"{where}.inner_size", self.inner_size, 0.05, 1.0, "m", n=2)
+        _check(f"{where}.wall_height", self.wall_height, 0.01, 0.5, "m")
+        _check(f"{where}.wall_thickness", self.wall_thickness, 0.002, 0.1, "m")
 
 
 def _default_bins() -> tuple[BinCfg, ...]:
@@ -251,14 +313,37 @@ class LensCfg:
     noise_std: float = 0.0  # additive Gaussian noise, in [0, 1] intensity units
 
     def validate(self, where: str) -> None:
-        _require(self.model in ("pinhole", "fisheye"), f"{where}.model", self.model, "'pinhole' or 'fisheye'")
-        _require(0.05 <= self.fx <= 5.0 and 0.05 <= self.fy <= 5.0, f"{where}.fx/fy", (self.fx, self.fy),
-                 "normalised focal lengths in [0.05, 5]")
-        _require(0.0 < self.cx < 1.0 and 0.0 < self.cy < 1.0, f"{where}.cx/cy", (self.cx, self.cy),
-                 "a principal point inside the image (0, 1)")
-        _require(self.blur_sigma >= 0, f"{where}.blur_sigma", self.blur_sigma, ">= 0")
-        _require(0.05 <= self.exposure <= 20, f"{where}.exposure", self.exposure, "a gain in [0.05, 20]")
-        _require(0 <= self.noise_std <= 0.5, f"{where}.noise_std", self.noise_std, "a value in [0, 0.5]")
+        require(self.model in ("pinhole", "fisheye"), f"{where}.model", self.model, "'pinhole' or 'fisheye'")
+        # Normalised focal lengths from far wider than a 180 degree fisheye (0.05) to an 11 degree telephoto (5).
+        _check(f"{where}.fx", self.fx, 0.05, 5.0, "(focal length / image width)")
+        _check(f"{where}.fy", self.fy, 0.05, 5.0, "(focal length / image height)")
+        # Real principal points lie within a few per cent of the image centre.
+        _check(f"{where}.cx", self.cx, 0.05, 0.95, "(fraction of the image width)")
+        _check(f"{where}.cy", self.cy, 0.05, 0.95, "(fraction of the image height)")
+        # Calibrated lenses have |k_i| well below 1. The radius must also grow with the ray angle over the central
+        # field, or one image point would show two rays there (the renderer cuts the image at a fold further out).
+        # Pinhole lenses ignore the coefficients but are held to the same rule.
+        _check(f"{where}.distortion", self.distortion, -1.0, 1.0, n=4)
+        fold = _fisheye_fold_deg(self.distortion)
+        require(fold is None, f"{where}.distortion", self.distortion,
+                f"a projection whose radius grows with the ray angle up to {FISHEYE_MIN_FIELD_DEG:g} degrees off "
+                f"axis (this one folds back at {fold} degrees)")
+        _check(f"{where}.blur_sigma", self.blur_sigma, 0.0, 10.0, "px at 128 px width (10 px smears out the scene)")
+        _check(f"{where}.exposure", self.exposure, 0.05, 20.0, "(linear gain)")
+        _check(f"{where}.noise_std", self.noise_std, 0.0, 0.5, "(intensity units)")
+
+
+FISHEYE_MIN_FIELD_DEG = 45.0
+
+
+def _fisheye_fold_deg(k: tuple[float, ...]) -> float | None:
+    """The first angle (degrees, on a half-degree grid) within `FISHEYE_MIN_FIELD_DEG` of the axis at which
+    d/dtheta [theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8)] <= 0, or None if there is none."""
+    for step in range(int(2 * FISHEYE_MIN_FIELD_DEG) + 1):
+        t2 = math.radians(step / 2) ** 2
+        if 1 + t2 * (3 * k[0] + t2 * (5 * k[1] + t2 * (7 * k[2] + t2 * 9 * k[3]))) <= 0:
+            return step / 2
+    return None
 
 
 Mount = Literal["world", "right_wrist", "left_wrist"]
@@ -272,6 +357,14 @@ class CameraCfg:
     mount: Mount
     pose: Pose
     lens: LensCfg = LensCfg()
+
+    def validate(self) -> None:
+        where = f"cameras.{self.name}"
+        require(isinstance(self.name, str) and bool(self.name), f"{where}.name", self.name, "a non-empty string")
+        require(self.mount in ("world", "right_wrist", "left_wrist"), f"{where}.mount", self.mount,
+                "'world', 'right_wrist' or 'left_wrist'")
+        self.pose.validate(f"{where}.pose", CELL_EXTENT if self.mount == "world" else MOUNT_REACH)
+        self.lens.validate(f"{where}.lens")
 
 
 @dataclass(frozen=True)
@@ -287,8 +380,16 @@ class LightCfg:
     casts_shadow: bool = True
 
     def validate(self, where: str) -> None:
-        _require(0.0 <= self.intensity <= 3.0, f"{where}.intensity", self.intensity, "a value in [0, 3]")
-        _require(all(0.0 <= c <= 1.0 for c in self.colour), f"{where}.colour", self.colour, "RGB values in [0, 1]")
+        require(isinstance(self.name, str) and bool(self.name), f"{where}.name", self.name, "a non-empty string")
+        _check(f"{where}.pos", self.pos, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        # Only the direction matters (MuJoCo normalises it); components beyond 1 or a near-zero vector are typos.
+        _check(f"{where}.direction", self.direction, -1.0, 1.0, n=3)
+        require(math.hypot(*self.direction) >= 0.1, f"{where}.direction", self.direction,
+                "a direction vector of length >= 0.1")
+        _check(f"{where}.colour", self.colour, 0.0, 1.0, "(RGB)", n=3)
+        _check(f"{where}.intensity", self.intensity, 0.0, 3.0)
+        _check_flag(f"{where}.directional", self.directional)
+        _check_flag(f"{where}.casts_shadow", self.casts_shadow)
 
 
 @dataclass(frozen=True)
@@ -301,10 +402,10 @@ class LightingCfg:
     tint: float = 0.0
 
     def validate(self) -> None:
-        lo, hi = self.intensity_range
-        _require(0.2 <= lo <= hi <= 3.0, "lighting.intensity_range", self.intensity_range,
-                 "0.2 <= low <= high <= 3.0")
-        _require(0.0 <= self.tint <= 0.5, "lighting.tint", self.tint, "a value in [0, 0.5]")
+        _check("lighting.intensity_range", self.intensity_range, 0.2, 3.0, "(intensity factor)", n=2)
+        require(self.intensity_range[0] <= self.intensity_range[1], "lighting.intensity_range",
+                self.intensity_range, "0.2 <= low <= high <= 3.0")
+        _check("lighting.tint", self.tint, 0.0, 0.5)
 
 
 def look_rpy(forward: Vec3, up: Vec3 = (0.0, 0.0, 1.0)) -> Vec3:
@@ -389,10 +490,9 @@ class BoardCfg:
         return np.concatenate([xy.reshape(-1, 2), np.zeros((nc * nr, 1))], 1)
 
     def validate(self) -> None:
-        _require(all(isinstance(n, int) and n >= 3 for n in self.squares), "calibration_board.squares",
-                 self.squares, "two integers >= 3")
-        _require(0.005 <= self.square_size <= 0.1, "calibration_board.square_size", self.square_size,
-                 "a size in [0.005, 0.1] m")
+        # A printed board with 3 to 30 squares a side (2 to 29 inner corners, which OpenCV finds).
+        _check("calibration_board.squares", self.squares, 3, 30, "squares", n=2, integer=True)
+        _check("calibration_board.square_size", self.square_size, 0.005, 0.1, "m")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -411,7 +511,14 @@ class PhysicsCfg:
     ls_iterations: int = 20
 
     def validate(self) -> None:
-        _require(0.0002 <= self.timestep <= 0.01, "physics.timestep", self.timestep, "a step in [0.0002, 0.01] s")
+        _check("physics.timestep", self.timestep, 0.0002, 0.01, "s")
+        require(self.integrator in ("implicitfast", "Euler", "RK4", "implicit"), "physics.integrator",
+                self.integrator, "one of implicitfast, Euler, RK4, implicit")
+        require(self.cone in ("pyramidal", "elliptic"), "physics.cone", self.cone, "'pyramidal' or 'elliptic'")
+        # MuJoCo's impratio is >= 1 by definition; beyond 100 the friction constraints dominate the solver.
+        _check("physics.impratio", self.impratio, 1.0, 100.0)
+        _check("physics.iterations", self.iterations, 1, 1000, "solver iterations", integer=True)
+        _check("physics.ls_iterations", self.ls_iterations, 1, 1000, "line-search iterations", integer=True)
 
 
 # Home postures (found by IK, see README): the right hand palm-down 25 cm above the belt, fingers across it;
@@ -456,35 +563,44 @@ class CellCfg:
         return tuple(c.name for c in self.cameras)
 
     def validate(self) -> CellCfg:
-        _require(sorted(a.name for a in self.arms) == ["left", "right"], "arms", [a.name for a in self.arms],
-                 "one 'right' and one 'left' arm")
+        """Check every field (types, finite values, physical ranges); a ConfigError names the first bad one."""
+        require(sorted(a.name for a in self.arms) == ["left", "right"], "arms", [a.name for a in self.arms],
+                "one 'right' and one 'left' arm")
         for a in self.arms:
             a.validate()
         self.hand.validate()
         self.belt.validate()
         self.physics.validate()
+        for o in self.objects:
+            o.validate(f"objects.{o.name}")
+        for o in self.novel_objects:
+            o.validate(f"novel_objects.{o.name}")
         names = [o.name for o in self.objects + self.novel_objects]
-        _require(len(set(names)) == len(names), "objects", names, "unique object names")
-        _require(len(self.objects) >= 1, "objects", self.objects, "at least one nominal object")
-        for i, o in enumerate(self.objects):
-            o.validate(f"objects[{i}]")
-        for i, o in enumerate(self.novel_objects):
-            o.validate(f"novel_objects[{i}]")
-        for i, b in enumerate(self.bins):
-            _require(b.colour in self.colours, f"bins[{i}].colour", b.colour, f"one of {sorted(self.colours)}")
-        _require(sorted(b.colour for b in self.bins) == sorted(self.colours), "bins",
-                 [b.colour for b in self.bins], f"exactly one bin per colour {sorted(self.colours)}")
-        cam_names = self.camera_names
-        _require(len(set(cam_names)) == len(cam_names), "cameras", cam_names, "unique camera names")
+        require(len(set(names)) == len(names), "objects", names, "unique object names")
+        require(len(self.objects) >= 1, "objects", self.objects, "at least one nominal object")
+        require(all(isinstance(name, str) for name in self.colours), "colours", list(self.colours),
+                "colour names")
+        for name, rgba in self.colours.items():
+            _check(f"colours.{name}", rgba, 0.0, 1.0, "(RGBA)", n=4)
+        for b in self.bins:
+            b.validate(f"bins.{b.colour}")
+            require(b.colour in self.colours, f"bins.{b.colour}.colour", b.colour, f"one of {sorted(self.colours)}")
+        require(sorted(b.colour for b in self.bins) == sorted(self.colours), "bins",
+                [b.colour for b in self.bins], f"exactly one bin per colour {sorted(self.colours)}")
         for c in self.cameras:
-            _require(c.mount in ("world", "right_wrist", "left_wrist"), f"cameras.{c.name}.mount", c.mount,
-                     "'world', 'right_wrist' or 'left_wrist'")
-            c.lens.validate(f"cameras.{c.name}.lens")
+            c.validate()
+        cam_names = self.camera_names
+        require(len(set(cam_names)) == len(cam_names), "cameras", cam_names, "unique camera names")
         for li in self.lights:
             li.validate(f"lights.{li.name}")
         self.lighting.validate()
-        _require(isinstance(self.clutter, int) and 0 <= self.clutter <= 30, "clutter", self.clutter,
-                 "an integer number of clutter items in [0, 30]")
+        _check("floor_rgba", self.floor_rgba, 0.0, 1.0, "(RGBA)", n=4)
+        _check_flag("shadows", self.shadows)
+        _check_flag("floor_texture", self.floor_texture)
+        # Each clutter item is a static box around the cell; 30 already costs rendering time.
+        _check("clutter", self.clutter, 0, 30, "clutter items", integer=True)
+        require(self.calibration_board is None or isinstance(self.calibration_board, BoardCfg),
+                "calibration_board", self.calibration_board, "none, or a board set in code (BoardCfg)")
         if self.calibration_board is not None:
             self.calibration_board.validate()
         return self

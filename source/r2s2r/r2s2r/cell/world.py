@@ -12,7 +12,9 @@ A world file looks like::
 
 Collections of named items (arms, cameras, objects, novel_objects, lights, bins) are addressed by name. Every
 parameter listed in `CALIBRATED` must be stated explicitly, so that any two world files can be compared parameter
-by parameter (the mismatch report does exactly that). Errors name the file and the field.
+by parameter (the mismatch report does exactly that). A key stated twice in one mapping is refused (plain YAML
+keeps the last one silently), and every value is checked by `CellCfg.validate` (types, finite values, physical
+ranges). Errors name the file and the field.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.cell.spec import CellCfg, ConfigError, require
 from r2s2r.overrides import apply_overrides, is_named_collection, item_key
 
 KINDS = ("nominal", "ungrounded", "grounded", "reality")
@@ -80,6 +82,68 @@ def world_path(name_or_path: str | os.PathLike) -> Path:
     return registered
 
 
+class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # libyaml's parser where installed
+    """YAML's safe loader, refusing a mapping that states a key twice, integers no float can hold, and documents
+    nested or (through aliases) expanded far beyond any world file (a few levels deep, a few hundred values)."""
+
+    MAX_DEPTH = 32
+    MAX_NODES = 100_000
+
+    def get_single_data(self) -> Any:
+        node = self.get_single_node()
+        if node is None:
+            return None
+        stack, count = [(node, 1)], 0
+        while stack:  # walks aliases as often as they are used, so self-referencing or exploding documents stop here
+            item, depth = stack.pop()
+            count += 1
+            if depth > self.MAX_DEPTH or count > self.MAX_NODES:
+                raise ConfigError(f"line {item.start_mark.line + 1}: the document is nested or expanded beyond "
+                                  f"{self.MAX_DEPTH} levels or {self.MAX_NODES} values; expected a world file")
+            if isinstance(item, yaml.SequenceNode):
+                stack.extend((child, depth + 1) for child in item.value)
+            elif isinstance(item, yaml.MappingNode):
+                stack.extend((child, depth + 1) for pair in item.value for child in pair)
+        return self.construct_document(node)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first_line: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; explicit keys may override it
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                seen = key in first_line
+            except TypeError:  # an unhashable key: the base constructor reports it
+                break
+            if seen:
+                raise ConfigError(f"line {line}: key {key!r} is given twice in one mapping (first on line "
+                                  f"{first_line[key]}); expected each key once")
+            first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        value = super().construct_yaml_int(node)
+        if abs(value) >= 2**63:
+            raise ConfigError(f"line {node.start_mark.line + 1}: integer {node.value}: expected a magnitude below "
+                              "2**63")
+        return value
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_int)
+
+
+def read_yaml(raw: bytes | str, path: os.PathLike | str) -> Any:
+    """Parse YAML text with `UniqueKeyLoader`; every problem is a ConfigError naming `path`."""
+    try:
+        return yaml.load(raw, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+
+
 @dataclass(frozen=True)
 class World:
     name: str
@@ -97,10 +161,7 @@ def load_world(name_or_path: str | os.PathLike, base: CellCfg | None = None) -> 
         raw = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the world file ({e.strerror})") from None
-    try:
-        data = yaml.safe_load(raw)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    data = read_yaml(raw, path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with keys name, kind, cell")
     for key in ("name", "kind", "cell"):
@@ -108,17 +169,22 @@ def load_world(name_or_path: str | os.PathLike, base: CellCfg | None = None) -> 
             raise ConfigError(f"{path}: missing field {key!r}")
     unknown = set(data) - {"name", "kind", "description", "cell", "provenance"}
     if unknown:
-        raise ConfigError(f"{path}: unknown top-level field(s) {sorted(unknown)}; expected name, kind, "
+        raise ConfigError(f"{path}: unknown top-level field(s) {', '.join(sorted(map(repr, unknown)))}; expected name, kind, "
                           "description, cell, provenance")
-    if data["kind"] not in KINDS:
-        raise ConfigError(f"{path}: kind = {data['kind']!r}: expected one of {', '.join(KINDS)}")
     try:
+        require(isinstance(data["name"], str) and bool(data["name"]), "name", data["name"], "a non-empty string")
+        require(data["kind"] in KINDS, "kind", data["kind"], f"one of {', '.join(KINDS)}")
+        require(isinstance(data.get("description", ""), str), "description", data.get("description"), "a string")
+        require(isinstance(data.get("provenance", {}), dict), "provenance", data.get("provenance"), "a mapping")
         cell = apply_overrides(base or CellCfg(), data["cell"], "cell")
         check_calibrated_present(cell, data["cell"])
-        cell.validate()
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
-    return World(str(data["name"]), data["kind"], path, hashlib.sha256(raw).hexdigest(), cell, data)
+    try:
+        cell.validate()
+    except ConfigError as e:  # its messages start with the field's path in the cell section
+        raise ConfigError(f"{path}: cell.{e}") from None
+    return World(data["name"], data["kind"], path, hashlib.sha256(raw).hexdigest(), cell, data)
 
 
 # ----------------------------------------------------------------------------------------------------------------
