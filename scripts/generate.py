@@ -5,7 +5,8 @@ Examples:
       --output outputs/sim/wg_bg.hdf5
   python scripts/generate.py --task R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0 --num-workers 2 \\
       --output outputs/sim/wu_bu.hdf5 env.image_size=[64,64] datagen.chunk_size=8
-  python scripts/generate.py --task ... --ray-address 10.0.0.5:6379 --output /shared/sim.hdf5
+  python scripts/generate.py --task ... --ray-address 10.0.0.5:6379 --output outputs/sim/sim.hdf5 \\
+      --log-json outputs/sim/sim.chunks.jsonl
   isaaclab.sh -p scripts/generate.py --task ...   (the same, under Isaac Lab's Python)
 
 Each attempt resets the task (seed and condition derived from --seed and the attempt number), lets the task's
@@ -27,6 +28,12 @@ Overrides (after the options, Hydra style) set any config field:
 Determinism: the same seed and config give the same dataset, with any number of workers.
 Resuming: work is written in shards to OUTPUT.shards/; after an interruption (Ctrl-C, kill -9, a crash) rerun the
 same command: finished shards are kept and the rest is done. OUTPUT appears only when complete.
+Ray: the cluster's nodes need no access to OUTPUT's folder (no shared file system). Each task works in a scratch
+folder on its node ($R2S2R_SCRATCH there, else its temporary folder) and returns the finished shard through
+Ray's object store; this process writes it into OUTPUT.shards/. A chunk whose node is lost is run again
+elsewhere. An address that cannot be reached fails within seconds.
+Progress: the bar shows admitted / wanted, attempted, the admission rate, rejections by reason and an ETA;
+--log-json appends the same, per finished chunk, with the chunk's own counts, its time and its worker and node.
 """
 
 from __future__ import annotations
@@ -53,10 +60,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="run seed: every attempt's seed and condition derive from it")
     p.add_argument("--num-workers", type=int, default=1, help="worker processes on this machine")
     p.add_argument("--ray-address", default=None,
-                   help="run the workers on this Ray cluster (e.g. 10.0.0.5:6379, or 'auto'); with --num-workers "
-                   "> 1 that many chunks run at once, else one per cluster CPU")
+                   help="run the workers on this Ray cluster (HOST:PORT of its head, e.g. 10.0.0.5:6379, or "
+                   "'auto'); its nodes need not see OUTPUT's folder. With --num-workers > 1 that many chunks run "
+                   "at once, else one per cluster CPU")
     p.add_argument("--keep-shards", action="store_true", help="keep OUTPUT.shards/ after the merge")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in logs)")
+    p.add_argument("--log-json", default=None, metavar="PATH",
+                   help="append one JSON line per finished chunk: chunk, admitted, attempted, rejected (by "
+                   "reason), seconds, worker, node, elapsed, and the run's totals with its ETA")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, see above")
     args = p.parse_args(argv)
     if args.num_trajectories < 1:
@@ -69,6 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from r2s2r.datagen import generate, make_generate_cfg
+    from r2s2r.datagen.runner import ClusterError
     from r2s2r.overrides import parse_dotted
 
     try:
@@ -77,8 +89,8 @@ def main(argv=None) -> int:
             cfg = dataclasses.replace(cfg, generator=dataclasses.replace(
                 cfg.generator, source=str(Path(cfg.generator.source).absolute())))
         summary = generate(cfg, args.output, num_workers=args.num_workers, ray_address=args.ray_address,
-                           progress=not args.no_progress, keep_shards=args.keep_shards)
-    except (ConfigError, DatasetError, AnnotationError, FileNotFoundError) as e:
+                           progress=not args.no_progress, keep_shards=args.keep_shards, log_json=args.log_json)
+    except (ConfigError, DatasetError, AnnotationError, FileNotFoundError, ClusterError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

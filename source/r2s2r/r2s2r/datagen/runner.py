@@ -6,15 +6,29 @@ number of workers, and chunks are dispatched in order. Shards live in `<output>.
 a run with a different config refuses to mix with them. The merged file is written as `<output>.partial` and
 renamed when complete; the shards are removed after that (unless kept).
 
-On a multi-node Ray cluster the output folder must be on storage every node mounts (workers write their shards
-there directly).
+Worker processes on this machine write their shards into `<output>.shards/` themselves. On a Ray cluster the nodes
+need not share a file system with this process: the behaviour generator is built here (where its inputs, e.g. the
+source demos, are) and shipped with the tasks; a task writes its chunk into a scratch folder on its own node
+(`$R2S2R_SCRATCH` there, else the node's temporary folder), returns the finished shard's bytes through Ray's object
+store, and this process writes the shard under its final name (temporary name, checked, flushed, renamed), so
+resume and merge are the same as for local processes. A task whose node is lost is run again by Ray
+(`max_retries`), from the start of its chunk, on another node; a chunk's shard is written once, by this process, so
+no admitted trajectory is lost or counted twice. An unreachable `ray_address` is reported within seconds (before
+Ray is started the address must accept a TCP connection and answer it as a gRPC server does, and Ray's own attempts
+to join are cut to GCS_WAIT_S seconds; left to itself Ray retries for minutes, or hangs on a silent port).
+
+Progress (a tqdm bar, and with `log_json` one JSON line per finished chunk) reports admitted / attempted, the
+admission rate, rejections by reason and an ETA from this run's admission speed so far. A run in one process
+updates it after every attempt; worker processes and Ray tasks report when a chunk is finished.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections import Counter
@@ -28,8 +42,23 @@ from tqdm import tqdm
 from r2s2r.behavior import make_generator
 from r2s2r.data.hdf5 import DatasetError, DemoReader, DemoWriter
 from r2s2r.datagen.config import GenerateCfg
-from r2s2r.datagen.worker import Attempt, ChunkResult, ChunkSpec, close_workers, run_chunk, shard_result
-from r2s2r.files import write_text_atomic
+from r2s2r.datagen.worker import (
+    Attempt,
+    ChunkResult,
+    ChunkSpec,
+    close_workers,
+    run_chunk,
+    run_chunk_detached,
+    shard_result,
+)
+from r2s2r.files import atomic_path, write_text_atomic
+
+CONNECT_TIMEOUT_S = 5.0  # for the reachability check of a Ray cluster's address
+GCS_WAIT_S = 6  # attempts (about 1 s each) to reach the Ray head's GCS at an address that accepts connections
+
+
+class ClusterError(ConnectionError):
+    """The Ray cluster cannot be reached or joined."""
 
 
 @dataclass
@@ -71,7 +100,7 @@ def _config_key(cfg: GenerateCfg) -> dict:
     return desc
 
 
-def preflight(cfg: GenerateCfg, output: Path) -> int | None:
+def preflight(cfg: GenerateCfg, output: Path, ray_address: str | None = None) -> int | None:
     """Every check that can fail before work starts; returns the demo count if `output` is already complete."""
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -97,9 +126,50 @@ def preflight(cfg: GenerateCfg, output: Path) -> int | None:
         if stored != key:
             raise DatasetError(f"{run_file}: an unfinished run with a different config ({_diff(stored, key)}) "
                                f"left its shards here; rerun it with its settings or remove {run_file.parent}")
+    if ray_address is not None:
+        check_reachable(ray_address)
     # Builds the generator once here so that its inputs (e.g. source demos) are checked before any work.
     make_generator(cfg.generator_name, cfg.generator)
     return None
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Raise `ClusterError` unless a Ray address (HOST:PORT or ray://HOST:PORT; 'auto' and 'local' are left to
+    Ray) accepts a TCP connection and answers it as a gRPC server does (an HTTP/2 SETTINGS frame), each within
+    `timeout` s. Ray itself keeps retrying an unreachable head for minutes, or hangs on a port that is open but
+    silent."""
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClusterError(f"Ray address {address!r}: expected HOST:PORT (e.g. 10.0.0.5:6379), ray://HOST:PORT or "
+                           f"'auto'")
+    hint = f"check the address and that the head node runs there (ray start --head --port {port})"
+    try:
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+    except OSError as e:
+        why = f"no answer within {timeout:.0f} s" if isinstance(e, TimeoutError) else (e.strerror or str(e))
+        raise ClusterError(f"cannot reach the Ray cluster at {address} ({why}); {hint} and its port is "
+                           f"open") from None
+    head = b""
+    with conn:
+        try:
+            conn.settimeout(timeout)
+            conn.sendall(_H2_PREFACE)
+            while len(head) < 9:
+                more = conn.recv(9 - len(head))
+                if not more:
+                    break
+                head += more
+        except OSError:
+            pass
+    if len(head) < 9 or head[3] != 4:  # a frame header: length (3 bytes), type (4: SETTINGS), flags, stream
+        raise ClusterError(f"the Ray cluster at {address}: something accepts connections there but does not "
+                           f"answer as a Ray head (gRPC) within {timeout:.0f} s; {hint}")
+
+
+# An HTTP/2 client's connection preface and an empty SETTINGS frame; a gRPC server answers with its SETTINGS.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
 def _diff(stored: dict | None, new: dict) -> str:
@@ -120,17 +190,149 @@ def _init_ray(address: str):
 
     if not ray.is_initialized():
         env_vars = {k: os.environ[k] for k in ("MUJOCO_GL", "R2S2R_CONFIGS") if k in os.environ}
-        ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": env_vars})
+        # Something answers at the address (checked in preflight); if it is not a Ray head, give up after
+        # GCS_WAIT_S attempts of ~1 s instead of Ray's 20 (unless the variable is set already).
+        wait_var = "RAY_gcs_server_port_wait_time_s"
+        shorten = address != "local" and wait_var not in os.environ
+        if shorten:
+            os.environ[wait_var] = str(GCS_WAIT_S)
+        try:
+            ray.init(address=address, log_to_driver=False, runtime_env={"env_vars": env_vars})
+        except ConnectionError as e:
+            raise ClusterError(f"cannot join the Ray cluster at {address}: {e}") from None
+        finally:
+            if shorten:
+                os.environ.pop(wait_var, None)
     return ray
 
 
+def _chunk_on_node(cfg: GenerateCfg, chunk: int, run: str, generator) -> tuple[ChunkResult, bytes]:
+    """A Ray task: one chunk in the node's scratch folder; returns its result and shard bytes."""
+    import ray
+
+    result, data = run_chunk_detached(cfg, chunk, run, generator)
+    return dataclasses.replace(result, node=ray.get_runtime_context().get_node_id()), data
+
+
+def _store_shard(path: Path, data: bytes, result: ChunkResult) -> None:
+    """Write a shard a node returned under its final name: to a temporary name, checked and flushed, then renamed."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        stored = shard_result(tmp, result.chunk)
+        if stored is None or (stored.attempts, stored.admitted) != (result.attempts, result.admitted):
+            raise DatasetError(f"{path}: the shard returned for chunk {result.chunk} is not the finished shard of "
+                               f"its result ({result.admitted} admitted of {result.attempts})")
+
+
+class ChunkLog:
+    """Appends one JSON line per finished chunk to a file. Each line goes out in one write() and is flushed to
+    disk before the next, so a crash cannot leave a half line in front of later ones."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as e:
+            raise DatasetError(f"{self.path}: cannot write the chunk log there ({e.strerror or e})") from None
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            self._write(b"\n")  # a line an earlier crash cut short stays a line of its own
+
+    def write(self, record: dict) -> None:
+        self._write((json.dumps(record) + "\n").encode())
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(self._fd, data):]
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class Progress:
+    """What the bar and the chunk log report: admitted / attempted, admission rate, rejections by reason, ETA."""
+
+    def __init__(self, cfg: GenerateCfg, results: dict[int, ChunkResult], enabled: bool, log: ChunkLog | None):
+        self.task, self.want, self.results, self.log = cfg.task, cfg.datagen.num_trajectories, results, log
+        self.live: Counter = Counter()  # reasons of the attempts of a chunk running in this process
+        self.started = time.monotonic()
+        self.initial = min(self.totals()[0], self.want)  # admitted before this run (an earlier run's shards)
+        self.bar = tqdm(total=self.want, initial=self.initial, unit="traj", desc=f"generating {cfg.task}",
+                        dynamic_ncols=True, disable=not enabled,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} admitted{postfix}")
+        self.show()
+
+    def totals(self) -> tuple[int, int, Counter]:
+        """(admitted, attempted, rejections by reason) over the finished chunks and the running one."""
+        reasons = Counter(self.live)
+        for result in self.results.values():
+            reasons.update(result.reasons)
+        attempted = sum(reasons.values())
+        admitted = reasons.pop("admitted", 0)
+        return admitted, attempted, reasons
+
+    def eta(self, admitted: int) -> float | None:
+        """Seconds until `want` at this run's admission speed so far (None before its first admission)."""
+        admitted = min(admitted, self.want)
+        if admitted >= self.want:
+            return 0.0
+        gained, elapsed = admitted - self.initial, time.monotonic() - self.started
+        return (self.want - admitted) * elapsed / gained if gained > 0 else None
+
+    def status(self) -> str:
+        admitted, attempted, rejected = self.totals()
+        eta = self.eta(admitted)
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted(rejected.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"of {attempted} attempted, {admitted / max(attempted, 1):.0%} admission; rejected: "
+                f"{reasons or 'none'}; ETA {'?' if eta is None else tqdm.format_interval(eta)}")
+
+    def show(self) -> None:
+        self.bar.n = min(self.totals()[0], self.want)
+        self.bar.set_postfix_str(self.status(), refresh=True)
+
+    def attempt(self, a: Attempt) -> None:
+        self.live[a.reason] += 1
+        self.show()
+
+    def chunk(self, result: ChunkResult) -> None:
+        """A chunk finished (its result is in `results`)."""
+        self.live.clear()
+        self.show()
+        if self.log is None:
+            return
+        admitted, attempted, rejected = self.totals()
+        eta = self.eta(admitted)
+        self.log.write({
+            "time": round(time.time(), 3), "task": self.task, "chunk": result.chunk, "admitted": result.admitted,
+            "attempted": result.attempts,
+            "rejected": {r: n for r, n in sorted(result.reasons.items()) if r != "admitted"},
+            "seconds": round(result.seconds, 2), "worker": result.worker, "node": result.node,
+            "reused": not result.worker, "elapsed": round(time.monotonic() - self.started, 2),
+            "total": {"admitted": admitted, "attempted": attempted, "wanted": self.want,
+                      "admission_rate": round(admitted / max(attempted, 1), 4),
+                      "rejected": dict(sorted(rejected.items())), "eta_s": None if eta is None else round(eta, 1)}})
+
+    def close(self) -> None:
+        self.bar.close()
+        if self.log is not None:
+            self.log.close()
+
+
 def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, ray_address: str | None = None,
-             progress: bool = True, keep_shards: bool = False) -> RunSummary:
-    """Generate `cfg.datagen.num_trajectories` admitted trajectories into `output`; see the module docstring."""
+             progress: bool = True, keep_shards: bool = False, log_json: str | os.PathLike | None = None) -> RunSummary:
+    """Generate `cfg.datagen.num_trajectories` admitted trajectories into `output`; see the module docstring.
+    `log_json`: a file to append one JSON line per finished chunk to."""
     output = Path(output).absolute()
     started = time.monotonic()
     summary = RunSummary(cfg.task, cfg.generator_name, output)
-    have = preflight(cfg, output)
+    have = preflight(cfg, output, ray_address)
     if have is not None:
         with DemoReader(output) as reader:
             stored = json.loads(reader.data_attrs().get("generation_summary", "{}"))
@@ -138,6 +340,9 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
         summary.admitted = int(stored.get("admitted", 0))
         summary.reasons = Counter(stored.get("reasons", {}))
         return summary
+    if ray_address is not None:
+        _init_ray(ray_address)  # joined before anything is written, so that a failure to join leaves nothing
+    log = ChunkLog(log_json) if log_json is not None else None
     shards = shard_dir(output)
     shards.mkdir(parents=True, exist_ok=True)
     run_file = shards / "run.json"
@@ -149,9 +354,8 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     results: dict[int, ChunkResult] = {}
     for chunk in range(max_chunks):  # finished shards of an earlier run of this command
         done = shard_result(ChunkSpec(cfg, chunk, str(shards)).path, chunk)
-        if done is None:
-            break
-        results[chunk] = done
+        if done is not None:
+            results[chunk] = done
 
     def prefix() -> tuple[int, int, int]:
         """(chunks, admitted, attempts) of the unbroken run of finished chunks from chunk 0."""
@@ -162,39 +366,25 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
             n += 1
         return n, admitted, attempts
 
-    bar = tqdm(total=want, unit="traj", desc=f"generating {cfg.task}", dynamic_ncols=True, disable=not progress)
-    seen = {"attempts": 0, "admitted": 0}
-
-    def show() -> None:
-        done_admitted = sum(r.admitted for r in results.values()) + seen["admitted"]
-        done_attempts = sum(r.attempts for r in results.values()) + seen["attempts"]
-        bar.n = min(done_admitted, want)
-        bar.set_postfix(attempts=done_attempts, admitted=done_admitted,
-                        admission=f"{done_admitted / max(done_attempts, 1):.0%}")
-        bar.refresh()
-
-    def on_attempt(a: Attempt) -> None:
-        seen["attempts"] += 1
-        seen["admitted"] += a.admitted
-        show()
-
     def finished() -> bool:
         n, admitted, attempts = prefix()
         return admitted >= want or n >= max_chunks
 
-    show()
-    next_chunk = prefix()[0]
-    if ray_address is None and num_workers <= 1:
-        while not finished():
-            while next_chunk in results:
-                next_chunk += 1
-            results[next_chunk] = run_chunk(ChunkSpec(cfg, next_chunk, str(shards)), on_attempt)
-            seen.update(attempts=0, admitted=0)
-            show()
-        close_workers()
-    else:
-        _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_workers, ray_address, show)
-    bar.close()
+    tracker = Progress(cfg, results, progress, log)
+    try:
+        next_chunk = prefix()[0]
+        if ray_address is None and num_workers <= 1:
+            while not finished():
+                while next_chunk in results:
+                    next_chunk += 1
+                results[next_chunk] = run_chunk(ChunkSpec(cfg, next_chunk, str(shards)), tracker.attempt)
+                tracker.chunk(results[next_chunk])
+            close_workers()
+        else:
+            _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_workers, ray_address,
+                          tracker.chunk)
+    finally:
+        tracker.close()
 
     n, admitted, attempts = prefix()
     summary.admitted, summary.attempts = admitted, attempts
@@ -207,7 +397,8 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     return summary
 
 
-def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_workers, ray_address, show) -> None:
+def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_workers, ray_address,
+                  on_chunk) -> None:
     """Keep `num_workers` chunks in flight (in order) until the finished prefix holds enough trajectories."""
     want = cfg.datagen.num_trajectories
 
@@ -219,50 +410,69 @@ def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_wo
         expected = sum(r.admitted for r in done) + rate * in_flight * cfg.datagen.chunk_size
         return expected < want or in_flight == 0
 
-    def dispatch(submit, wait_one, cancel, slots: int) -> None:
-        """Keep `slots` chunks in flight, in order; `wait_one` returns finished (handle, result) pairs."""
+    def dispatch(submit, wait_any, collect, cancel, slots: int) -> None:
+        """Keep `slots` chunks in flight, in order. `submit(chunk)` returns a handle, `wait_any(handles)` those
+        finished, `collect(handle, chunk)` the chunk's result once its shard is in `shards`."""
         nonlocal next_chunk
         running: dict = {}
         try:
             while not finished():
                 while len(running) < slots and next_chunk < max_chunks and needed_more(len(running)):
                     if next_chunk not in results:
-                        running[submit(ChunkSpec(cfg, next_chunk, str(shards)))] = next_chunk
+                        running[submit(next_chunk)] = next_chunk
                     next_chunk += 1
                 if not running:
                     break
-                for handle, result in wait_one(list(running)):
-                    results[running.pop(handle)] = result
-                show()
+                for handle in wait_any(list(running)):
+                    chunk = running.pop(handle)
+                    results[chunk] = collect(handle, chunk)
+                    on_chunk(results[chunk])
         finally:
             for handle in running:
                 cancel(handle)
 
     if ray_address is not None:
         ray = _init_ray(ray_address)
-        remote = ray.remote(num_cpus=1, max_retries=2)(run_chunk)
+        # Ray runs a task again (from the start of its chunk) when its worker or node is lost.
+        remote = ray.remote(num_cpus=1, max_retries=3)(_chunk_on_node)
+        cfg_ref = ray.put(cfg)
+        # Built here, where its inputs (e.g. the source demos) are, and shipped: the nodes need not have them.
+        generator_ref = ray.put(make_generator(cfg.generator_name, cfg.generator))
+        run = f"{shards}:{cfg.digest()}"  # names this run's scratch folder on each node
 
-        def cancel(ref) -> None:
-            ray.cancel(ref, force=True)
+        def submit_ray(chunk: int):
+            return remote.remote(cfg_ref, chunk, run, generator_ref)
 
         def wait_ray(refs: list) -> list:
-            ready, _ = ray.wait(refs, num_returns=1)
-            return [(ref, ray.get(ref)) for ref in ready]
+            return ray.wait(refs, num_returns=1)[0]
+
+        def collect_ray(ref, chunk: int) -> ChunkResult:
+            result, data = ray.get(ref)
+            _store_shard(ChunkSpec(cfg, chunk, str(shards)).path, data, result)
+            return result
+
+        def cancel_ray(ref) -> None:
+            ray.cancel(ref, force=True)
 
         slots = num_workers if num_workers > 1 else int(ray.cluster_resources().get("CPU", 1))
-        dispatch(remote.remote, wait_ray, cancel, slots)
+        dispatch(submit_ray, wait_ray, collect_ray, cancel_ray, slots)
         return
     with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
 
-        def cancel(future) -> None:
-            future.cancel()
+        def submit_pool(chunk: int):
+            return pool.submit(run_chunk, ChunkSpec(cfg, chunk, str(shards)))
 
         def wait_pool(futures: list) -> list:
-            ready, _ = wait(futures, return_when=FIRST_COMPLETED)
-            return [(future, future.result()) for future in ready]
+            return list(wait(futures, return_when=FIRST_COMPLETED)[0])
+
+        def collect_pool(future, chunk: int) -> ChunkResult:
+            return future.result()
+
+        def cancel_pool(future) -> None:
+            future.cancel()
 
         try:
-            dispatch(lambda spec: pool.submit(run_chunk, spec), wait_pool, cancel, num_workers)
+            dispatch(submit_pool, wait_pool, collect_pool, cancel_pool, num_workers)
         finally:
             for process in list(getattr(pool, "_processes", {}).values()):
                 process.terminate()  # chunks no longer needed: their shards stay resumable

@@ -8,17 +8,26 @@ again (physics is deterministic and rendering does not touch it); if it does not
 `replay_mismatch`, so every admitted trajectory is known to replay.
 
 Work comes in chunks of consecutive attempts, each written to its own shard with `DemoWriter` (crash-safe and
-resumable at attempt granularity); a finished shard is published under its final name and never redone.
+resumable at attempt granularity); a finished shard is published under its final name and never redone. A process
+on the driver's machine writes its shard straight into the run's shard folder (`run_chunk`); a task on a Ray
+cluster writes it into a scratch folder on its own node and returns the finished shard's bytes
+(`run_chunk_detached`), so that the nodes need not share a file system with the driver.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
+import socket
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,13 +65,15 @@ class Attempt:
 
 
 class Worker:
-    """Holds one process's environments and generator (built once, reused for every attempt)."""
+    """Holds one process's environments and generator (built once, reused for every attempt). `generator`: one
+    built elsewhere from `cfg.generator` (e.g. by the driver, which has the generator's input files), else built
+    here."""
 
-    def __init__(self, cfg: GenerateCfg):
+    def __init__(self, cfg: GenerateCfg, generator: Any = None):
         self.cfg = cfg
         self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
         self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env
-        self.generator = make_generator(cfg.generator_name, cfg.generator)
+        self.generator = generator if generator is not None else make_generator(cfg.generator_name, cfg.generator)
         world = self.physics_env.world
         self.world_attrs = {"world_file": world.path.name if world else "",
                             "world_sha256": world.sha256 if world else ""}
@@ -136,6 +147,9 @@ class ChunkResult:
     attempts: int
     admitted: int
     reasons: dict[str, int]
+    seconds: float = 0.0  # spent on the chunk by the process that finished it (0: finished by an earlier run)
+    worker: str = ""  # "host:pid" of that process ("": an earlier run's shard, reused)
+    node: str = ""  # the Ray node it ran on ("" outside Ray)
 
 
 def shard_result(path: Path, chunk: int) -> ChunkResult | None:
@@ -160,15 +174,18 @@ def close_workers() -> None:
     _WORKERS.clear()
 
 
-def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = None) -> ChunkResult:
-    """Execute one chunk's attempts into its shard (resuming a shard an interruption left unfinished)."""
+def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = None,
+              generator: Any = None) -> ChunkResult:
+    """Execute one chunk's attempts into its shard (resuming a shard an interruption left unfinished).
+    `generator`: the run's behaviour generator, built elsewhere (see `Worker`)."""
     done = shard_result(spec.path, spec.chunk)
     if done is not None:
         return done
+    started = time.monotonic()
     key = spec.cfg.digest()
     if key not in _WORKERS:
         close_workers()
-        _WORKERS[key] = Worker(spec.cfg)
+        _WORKERS[key] = Worker(spec.cfg, generator)
     worker = _WORKERS[key]
     os.makedirs(spec.shard_dir, exist_ok=True)
     with DemoWriter(spec.path, spec.cfg.task, {"run": key, "chunk": spec.chunk}) as writer:
@@ -186,4 +203,30 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         writer.set_attr("shard_attempts", len(spec.attempts))
         writer.set_attr(SHARD_DONE, True)
         admitted = writer.num_demos
-    return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons))
+    return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons), time.monotonic() - started,
+                       f"{socket.gethostname()}:{os.getpid()}")
+
+
+def scratch_dir() -> Path:
+    """This node's folder for shards in the making: $R2S2R_SCRATCH, else the system's temporary folder."""
+    return Path(os.environ.get("R2S2R_SCRATCH") or tempfile.gettempdir()) / "r2s2r-chunks"
+
+
+def run_chunk_detached(cfg: GenerateCfg, chunk: int, run: str, generator: Any = None) -> tuple[ChunkResult, bytes]:
+    """Execute one chunk into this node's scratch folder and return its result and the finished shard's bytes.
+
+    `run` names the run (the driver's output and config); a retry of the chunk on the same node resumes the
+    shard a failure left there. The shard is removed once read: the caller owns the bytes. `generator`: the
+    run's behaviour generator as the driver built it, so that its input files (e.g. source demos) need not be
+    on this node.
+    """
+    folder = scratch_dir() / hashlib.sha256(run.encode()).hexdigest()[:16]
+    spec = ChunkSpec(cfg, chunk, str(folder))
+    result = run_chunk(spec, generator=generator)
+    data = spec.path.read_bytes()
+    spec.path.unlink()
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # other chunks of the run are in the making here
+    return dataclasses.replace(result, worker=result.worker or f"{socket.gethostname()}:{os.getpid()}"), data
