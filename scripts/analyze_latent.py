@@ -34,9 +34,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
-from r2s2r.files import atomic_path, write_text_atomic  # noqa: E402
+from r2s2r.files import atomic_path, check_output_dir, write_text_atomic  # noqa: E402
 
 TWIN = "R2S2R-PickSort-Real-v0"
 
@@ -46,29 +47,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="trained policy (policy.pt of a run folder)")
     p.add_argument("--dataset", action="append", default=None, metavar="PATH[:DOMAIN]",
                    help="dataset to embed (repeat for several); default: the checkpoint's training datasets")
-    p.add_argument("--max-samples", type=int, default=2000, help="steps embedded per dataset (subsampled)")
-    p.add_argument("--sample-seed", type=int, default=0, help="seed of the subsampling")
+    p.add_argument("--max-samples", type=cli.positive_int, default=2000, help="steps embedded per dataset (subsampled)")
+    p.add_argument("--sample-seed", type=cli.seed, default=0, help="seed of the subsampling")
     p.add_argument("--method", default="pca,tsne", help="projections, comma-separated: pca, tsne")
     p.add_argument("--task", default=TWIN, help="task ID of the rollout (default: the reality twin)")
-    p.add_argument("--seed", type=int, default=0, help="episode seed of the rollout (and the policy's noise)")
+    p.add_argument("--seed", type=cli.seed, default=0, help="episode seed of the rollout (and the policy's noise)")
     p.add_argument("--condition", default="nominal", help="reset condition: nominal, lighting, belt_speed, "
                    "novel_objects, combined")
-    p.add_argument("--max-steps", type=int, default=None, help="cut the rollout after this many steps")
-    p.add_argument("--k", type=int, default=10, help="nearest data latents per rollout state")
+    p.add_argument("--max-steps", type=cli.positive_int, default=None, help="cut the rollout after this many steps")
+    p.add_argument("--k", type=cli.positive_int, default=10, help="nearest data latents per rollout state")
     p.add_argument("--data-domain", default="own", choices=["own", "real"],
                    help="domain label the encoder is told for data points: each dataset's own (as in training) "
                    "or real (as the deployed agent tells it); matters only with policy.domain_embedding")
-    p.add_argument("--batch-size", type=int, default=256, help="observations per encoder pass")
-    p.add_argument("--output", default=None, help="output folder (default outputs/latent/<checkpoint name>/)")
+    p.add_argument("--batch-size", type=cli.int_in(1, 65536), default=256, help="observations per encoder pass")
+    p.add_argument("--output", type=cli.output_dir, default=None,
+                   help="output folder (default outputs/latent/<checkpoint name>/)")
     return p.parse_args(argv)
 
 
 def check_args(args: argparse.Namespace) -> None:
-    for name in ("max_samples", "k", "batch_size"):
-        if getattr(args, name) < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} = {getattr(args, name)}: expected an integer >= 1")
-    if args.max_steps is not None and args.max_steps < 1:
-        raise ConfigError(f"--max-steps = {args.max_steps}: expected an integer >= 1")
     # Checked before the (slow) embedding rather than when the rollout's environment is made.
     from r2s2r.tasks import TASKS
     from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS
@@ -280,13 +277,14 @@ def main(argv=None) -> int:
         if not args.checkpoint.is_file():
             raise ConfigError(f"--checkpoint {str(args.checkpoint)!r}: no such file; expected a trained policy "
                               f"(policy.pt from scripts/train.py)")
+        out = check_output_dir(args.output or default_output(args.checkpoint), "--output")
         from r2s2r.policy.agent import PolicyAgent
         from r2s2r.policy.checkpoint import build_policy, load_checkpoint, train_cfg_of
         from r2s2r.policy.data import load_dataset
         from r2s2r.policy.latent import attribute, build_pool, embed, project, stack_observations
 
         payload = load_checkpoint(args.checkpoint)
-        policy = build_policy(payload, ema=True)
+        policy = build_policy(payload, ema=True, path=args.checkpoint)
         cfg = train_cfg_of(payload).policy
         if args.dataset:
             entries = [parse_dataset(d) for d in args.dataset]
@@ -324,7 +322,6 @@ def main(argv=None) -> int:
         return 2
     labels = dataset_labels(pool.names, pool.dataset_domains)
     result = report(args, pool, labels, attribution, planned, info, ended, len(seen), projections)
-    out = Path(args.output) if args.output else default_output(args.checkpoint)
     try:
         out.mkdir(parents=True, exist_ok=True)
         for p in projections:

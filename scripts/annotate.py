@@ -26,6 +26,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from r2s2r import cli
 from r2s2r.behavior.annotate import (
     CORRECTIONS_ATTR,
     TERM_SIGNALS,
@@ -105,7 +106,8 @@ def rewrite(dataset: Path, corrections: dict[str, dict[str, int]]) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, help="HDF5 demo dataset")
-    p.add_argument("--plot", default=None, metavar="DIR", help="write one PNG of signals and subtask ends per demo")
+    p.add_argument("--plot", type=cli.output_dir, default=None, metavar="DIR",
+                   help="write one PNG of signals and subtask ends per demo")
     p.add_argument("--set", dest="corrections", action="append", default=[], metavar="DEMO:SUBTASK=STEP",
                    help="move a subtask end by hand (repeatable)")
     p.add_argument("--write", action="store_true", help="store the term signals for every demo")

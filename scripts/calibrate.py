@@ -19,6 +19,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.calibration import CalibrationError  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 
@@ -27,7 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--session", default="outputs/calibration/session.h5", help="recorded calibration session")
     p.add_argument("--start", default="ungrounded", help="world the estimates replace (name or .yaml path)")
-    p.add_argument("--output", default="configs/world/grounded.yaml", help="grounded world file to write")
+    p.add_argument("--output", type=cli.output_file, default="configs/world/grounded.yaml",
+                   help="grounded world file to write")
     return p.parse_args(argv)
 
 
@@ -65,13 +67,12 @@ def main(argv=None) -> int:
         data = grounded_world_data(cell, start, session, residuals)
         output.parent.mkdir(parents=True, exist_ok=True)
         partial = output.with_name(output.stem + ".partial.yaml")
-        partial.write_text(world_to_yaml(data))
         try:
+            partial.write_text(world_to_yaml(data))
             load_world(partial)  # the file must load exactly as every consumer will load it
-        except ConfigError:
-            partial.unlink()
-            raise
-        partial.replace(output)
+            partial.replace(output)
+        finally:
+            partial.unlink(missing_ok=True)  # published whole or not at all
     except (CalibrationError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

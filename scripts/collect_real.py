@@ -41,6 +41,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.behavior.annotate import AnnotationError  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data import DatasetError, DemoReader, DemoWriter, validate_demo  # noqa: E402
@@ -52,23 +53,21 @@ CONDITION = "nominal"
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--num-demos", type=int, default=100, help="successful demos to end up with in OUTPUT")
-    p.add_argument("--output", default="outputs/real.hdf5", help="dataset path (written as OUTPUT.partial first)")
+    p.add_argument("--num-demos", type=cli.int_in(1, 1_000_000), default=100,
+                   help="successful demos to end up with in OUTPUT")
+    p.add_argument("--output", type=cli.output_file, default="outputs/real.hdf5",
+                   help="dataset path (written as OUTPUT.partial first)")
     p.add_argument("--reality-file", default=None,
                    help="the twin's world file (default: R2S2R_REALITY_FILE, else configs/world/reality.yaml)")
     p.add_argument("--cameras", nargs="*", default=["head_left", "right_wrist"],
                    help="cameras to record (give the option with no names to record no images)")
-    p.add_argument("--image-size", type=int, default=84, help="image height and width in pixels")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first attempt (then +1 per attempt)")
-    p.add_argument("--max-attempts", type=int, default=None,
+    p.add_argument("--image-size", type=cli.image_size, default=84, help="image height and width in pixels")
+    p.add_argument("--seed", type=cli.seed, default=0, help="seed of the first attempt (then +1 per attempt)")
+    p.add_argument("--max-attempts", type=cli.int_in(1, 10_000_000), default=None,
                    help="stop after this many attempts in all (resumed runs included); default 3 x --num-demos")
     p.add_argument("--import", dest="imports", nargs="+", metavar="PATH", default=None,
                    help="import the demos of these dataset files into OUTPUT instead of collecting")
     args = p.parse_args(argv)
-    if args.num_demos < 1:
-        p.error(f"--num-demos = {args.num_demos}: expected at least 1")
-    if not 1 <= args.image_size <= 2048:
-        p.error(f"--image-size = {args.image_size}: expected 1 to 2048 pixels")
     if args.max_attempts is None:
         args.max_attempts = max(3 * args.num_demos, 10)
     return args

@@ -30,6 +30,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
@@ -42,13 +43,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--names", nargs="+", default=None,
                    help="a name per checkpoint for tables (default: the checkpoint's run folder name)")
     p.add_argument("--task", default=REAL_TASK, help="the real side's task ID (default: the reality twin)")
-    p.add_argument("--trials", type=int, default=50, help="trials per policy on the real side (study: 50)")
+    p.add_argument("--trials", type=cli.positive_int, default=50, help="trials per policy on the real side (study: 50)")
     p.add_argument("--sim-tasks", nargs="*", default=[], help="sim variants to evaluate the same policies in")
-    p.add_argument("--sim-trials", type=int, default=None, help="trials per policy in each sim task (default: "
-                   "--trials)")
-    p.add_argument("--max-steps", type=int, default=None, help="cap on control steps per trial (default: the "
-                   "task's episode length)")
-    p.add_argument("--output", default="outputs/eval/run", help="results folder")
+    p.add_argument("--sim-trials", type=cli.positive_int, default=None,
+                   help="trials per policy in each sim task (default: --trials)")
+    p.add_argument("--max-steps", type=cli.positive_int, default=None,
+                   help="cap on control steps per trial (default: the task's episode length)")
+    p.add_argument("--output", type=cli.output_dir, default="outputs/eval/run", help="results folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = p.parse_args(argv)
     if args.names is None:
@@ -57,9 +58,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--names: {len(args.names)} names for {len(args.checkpoint)} checkpoints; expected one each")
     if len(set(args.names)) != len(args.names):
         p.error(f"--names = {args.names}: names must differ (give --names when run folders share a name)")
-    for flag, value in (("--trials", args.trials), ("--sim-trials", args.sim_trials), ("--max-steps", args.max_steps)):
-        if value is not None and value < 1:
-            p.error(f"{flag} = {value}: expected at least 1")
     if args.sim_tasks and len(args.checkpoint) < 2:
         p.error("--sim-tasks: ranking needs at least 2 checkpoints")
     return args
@@ -68,6 +66,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from r2s2r.evaluation.policies import evaluate_checkpoint, ranking, report_task, trials_path
+    from r2s2r.policy.agent import load_agent
     from r2s2r.tasks import TASKS
 
     for task in [args.task, *args.sim_tasks]:
@@ -77,6 +76,8 @@ def main(argv=None) -> int:
     out = Path(args.output)
     summaries = {}
     try:
+        for checkpoint in args.checkpoint:  # every checkpoint checked before any trial runs
+            load_agent(checkpoint)
         for task in [args.task, *args.sim_tasks]:
             trials = args.trials if task == args.task else (args.sim_trials or args.trials)
             rows = {}

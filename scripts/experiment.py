@@ -28,6 +28,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 
 
@@ -36,12 +37,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", required=True, choices=list(SCALES), help="how big every stage is")
-    p.add_argument("--run-dir", default=None, help="run folder (default outputs/experiment/<scale>)")
-    p.add_argument("--jobs", type=int, default=2, help="stages run side by side (one CPU core each)")
+    p.add_argument("--run-dir", type=cli.output_dir, default=None,
+                   help="run folder (default outputs/experiment/<scale>)")
+    p.add_argument("--jobs", type=cli.int_in(1, 256), default=2, help="stages run side by side (one CPU core each)")
     p.add_argument("--dry-run", action="store_true", help="list the stages and whether each is done; run nothing")
     args = p.parse_args(argv)
-    if args.jobs < 1:
-        p.error(f"--jobs = {args.jobs}: expected at least 1")
+    if args.run_dir is None:
+        try:
+            cli.output_dir(f"outputs/experiment/{args.scale}")
+        except argparse.ArgumentTypeError as e:
+            p.error(f"--run-dir (default): {e}")
     return args
 
 

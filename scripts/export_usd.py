@@ -31,15 +31,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         f"{FPS} fps (time code = frame number), so the file plays back the rollout in the Isaac Sim GUI. "
         "Exit status 2 means a bad argument or an output path that cannot be written.",
     )
-    parser.add_argument("--output", "-o", default="outputs/cell.usda",
+    from r2s2r import cli
+
+    parser.add_argument("--output", "-o", type=cli.output_file, default="outputs/cell.usda",
                         help="stage file to write, .usda (text) or .usd/.usdc (binary); missing folders are "
                         "created; the file is replaced atomically (default: %(default)s)")
-    parser.add_argument("--animate", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--animate", type=cli.float_in(0.0, 3600.0, unit="s"), default=0.0, metavar="SECONDS",
                         help="record SECONDS of simulated motion as time samples (default: 0, a static stage in "
                         "the home posture)")
     args = parser.parse_args(argv)
-    if not args.animate >= 0.0:
-        parser.error(f"--animate {args.animate}: expected a duration >= 0 seconds")
     if os.path.splitext(args.output)[1] not in (".usd", ".usda", ".usdc"):
         parser.error(f"--output {args.output}: expected a .usd, .usda or .usdc file")
     return args

@@ -22,20 +22,22 @@ import sys
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
-from r2s2r.policy.checkpoint import CheckpointError  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="policy.pt of an object-centric policy (policy.kind)")
     p.add_argument("--dataset", required=True, help="HDF5 demos with the policy's camera and obs/datagen_info")
-    p.add_argument("--output", default=None, help="write the report here as JSON (written whole, then renamed)")
+    p.add_argument("--output", type=cli.output_file, default=None,
+                   help="write the report here as JSON (written whole, then renamed)")
     args = p.parse_args(argv)
 
     from r2s2r.files import write_text_atomic
     from r2s2r.policy.agent import load_agent
+    from r2s2r.policy.checkpoint import CheckpointError
     from r2s2r.policy.config import DatasetCfg
     from r2s2r.policy.data import load_dataset
     from r2s2r.policy.object_centric import HEAD_PROPRIO, ObjectCentricAgent

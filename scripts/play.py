@@ -29,6 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
@@ -40,17 +41,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--checkpoint", default=None, help="play this trained policy (policy.pt) instead of --controller")
     p.add_argument("--source", default=None, help="real demos for a grounded-behaviour generator (default: its "
                    "config's, outputs/real/real.hdf5)")
-    p.add_argument("--video", default="outputs/play.mp4", help="output MP4 path")
-    p.add_argument("--episodes", type=int, default=1, help="number of episodes, played back to back")
-    p.add_argument("--seed", type=int, default=0, help="seed of the first episode (then +1 per episode)")
+    p.add_argument("--video", type=cli.output_file, default="outputs/play.mp4", help="output MP4 path")
+    p.add_argument("--episodes", type=cli.positive_int, default=1, help="number of episodes, played back to back")
+    p.add_argument("--seed", type=cli.seed, default=0, help="seed of the first episode (then +1 per episode)")
     p.add_argument("--condition", default="nominal", help="reset condition: nominal, lighting, belt_speed, "
                    "novel_objects, combined")
     p.add_argument("--cameras", default="head_left,head_right,right_wrist,left_wrist",
                    help="comma-separated camera names")
-    p.add_argument("--size", type=int, default=192, help="image height and width in pixels")
+    p.add_argument("--size", type=cli.image_size, default=192, help="image height and width in pixels")
     p.add_argument("--physics", default="mujoco", help="physics backend: mujoco (CPU) or mujoco_warp")
     p.add_argument("--renderer", default="mujoco_gl", help="render backend: mujoco_gl or mujoco_warp")
-    p.add_argument("--fps", type=int, default=20, help="video frame rate (the control rate plays in real time)")
+    p.add_argument("--fps", type=cli.int_in(1, 240), default=20,
+                   help="video frame rate (the control rate plays in real time)")
     return p.parse_args(argv)
 
 
@@ -113,17 +115,34 @@ def main(argv=None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     try:
-        video.parent.mkdir(parents=True, exist_ok=True)
-        partial = video.with_name(video.stem + ".partial" + video.suffix)
-        writer = imageio.get_writer(partial, fps=args.fps, macro_block_size=1)
-    except OSError as e:
-        print(f"error: cannot write video {str(video)!r}: {e}", file=sys.stderr)
-        return 2
-    try:
         controller = make_controller(args, env, agent)
     except (ConfigError, DatasetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    partial = video.with_name(video.stem + ".partial" + video.suffix)
+    try:
+        video.parent.mkdir(parents=True, exist_ok=True)
+        writer = imageio.get_writer(partial, fps=args.fps, macro_block_size=1)
+    except (OSError, ValueError) as e:
+        partial.unlink(missing_ok=True)
+        print(f"error: cannot write video {str(video)!r}: {e}", file=sys.stderr)
+        return 2
+    try:
+        outcomes = play(args, env, controller, writer)
+        os.replace(partial, video)
+    except BaseException as e:
+        partial.unlink(missing_ok=True)  # a video is published whole or not at all
+        if isinstance(e, ConfigError | OSError):
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        raise
+    env.close()
+    print(f"wrote {video} ({sum(o == 'success' for o in outcomes)}/{len(outcomes)} successful)")
+    return 0
+
+
+def play(args: argparse.Namespace, env, controller, writer) -> list[str]:
+    """Play `args.episodes` episodes into `writer`; returns each episode's outcome."""
     outcomes = []
     with writer:
         for ep in range(args.episodes):
@@ -141,10 +160,7 @@ def main(argv=None) -> int:
             outcomes.append(outcome)
             print(f"episode {ep}: {outcome} after {info['time']:.1f} s "
                   f"({info['object']}, {info['colour']}, belt {info['belt_speed']:.3f} m/s)")
-    os.replace(partial, video)
-    env.close()
-    print(f"wrote {video} ({sum(o == 'success' for o in outcomes)}/{len(outcomes)} successful)")
-    return 0
+    return outcomes
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 
 HEAD_CAMERAS = ("head_left", "head_right")
@@ -43,16 +44,20 @@ def exposure_seed(seed: int, camera_index: int, view: int) -> int:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--output", default="outputs/calibration/session.h5", help="session file to write")
+    p.add_argument("--output", type=cli.output_file, default="outputs/calibration/session.h5",
+                   help="session file to write")
     p.add_argument("--reality-file", default=None, help="the twin's truth file (default: R2S2R_REALITY_FILE, "
                    "else configs/world/reality.yaml)")
-    p.add_argument("--views", type=int, default=30, help="chessboard views per head (pinhole) camera")
-    p.add_argument("--fisheye-views", type=int, default=60, help="chessboard views per wrist (fisheye) camera: the "
-                   "detector finds the board in about three in four, and 60 keep the focal error under 1%%")
-    p.add_argument("--image-size", type=int, default=512, help="calibration image width and height (pixels)")
-    p.add_argument("--arm-poses", type=int, default=150, help="arm configurations measured for kinematics "
-                   "(offsets of links 1-2 and 3-4 are nearly parallel: 40 poses leave ~0.4 mm of noise, 150 ~0.2 mm)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the board poses and arm configurations")
+    p.add_argument("--views", type=cli.int_in(6, 1000), default=30, help="chessboard views per head (pinhole) camera")
+    p.add_argument("--fisheye-views", type=cli.int_in(6, 1000), default=60,
+                   help="chessboard views per wrist (fisheye) camera: the detector finds the board in about three "
+                   "in four, and 60 keep the focal error under 1%%")
+    p.add_argument("--image-size", type=cli.int_in(128, 2048), default=512,
+                   help="calibration image width and height (pixels)")
+    p.add_argument("--arm-poses", type=cli.int_in(10, 10000), default=150,
+                   help="arm configurations measured for kinematics (offsets of links 1-2 and 3-4 are nearly "
+                   "parallel: 40 poses leave ~0.4 mm of noise, 150 ~0.2 mm)")
+    p.add_argument("--seed", type=cli.seed, default=0, help="seed of the board poses and arm configurations")
     return p.parse_args(argv)
 
 
@@ -64,10 +69,10 @@ def record(rig, output: Path, views: int, size: int, arm_poses: int, seed: int, 
     partial = output.with_name(output.name + ".partial")
     try:
         _record_into(rig, partial, views, fisheye_views, size, arm_poses, seed, step)
+        partial.replace(output)
     except BaseException:
         partial.unlink(missing_ok=True)  # a session is used whole or not at all: leave nothing half-written
         raise
-    partial.replace(output)
 
 
 def _record_into(rig, partial: Path, views: int, fisheye_views: int, size: int, arm_poses: int, seed: int,
@@ -132,10 +137,6 @@ def main(argv=None) -> int:
 
     from r2s2r.real.twin import TwinRig
 
-    if min(args.views, args.fisheye_views) < 6 or args.image_size < 128 or args.arm_poses < 10:
-        print("error: --views and --fisheye-views must be >= 6, --image-size >= 128 and --arm-poses >= 10",
-              file=sys.stderr)
-        return 2
     try:
         rig = TwinRig(args.reality_file)
     except ConfigError as e:

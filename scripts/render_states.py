@@ -25,6 +25,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
@@ -34,16 +35,15 @@ def main(argv=None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, help="HDF5 dataset with per-step states")
-    p.add_argument("--output", required=True, help="the new dataset (must differ from --dataset)")
+    p.add_argument("--output", type=cli.output_file, required=True,
+                   help="the new dataset (must differ from --dataset)")
     p.add_argument("--cameras", nargs="+", required=True, choices=ALL_CAMERAS, help="cameras to render")
-    p.add_argument("--image-size", type=int, default=None,
+    p.add_argument("--image-size", type=cli.int_in(8, 1024), default=None,
                    help="square image size in pixels (default: the dataset's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = p.parse_args(argv)
     if Path(args.output).resolve() == Path(args.dataset).resolve():
         p.error(f"--output {args.output}: expected a file other than --dataset (the source is read while writing)")
-    if args.image_size is not None and not 8 <= args.image_size <= 1024:
-        p.error(f"--image-size {args.image_size}: expected a size in [8, 1024] pixels")
 
     from r2s2r.data.hdf5 import DemoReader
     from r2s2r.datagen.replay import render_dataset

@@ -14,6 +14,7 @@ import sys
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 from r2s2r.datagen.replay import replay_dataset  # noqa: E402
@@ -22,8 +23,8 @@ from r2s2r.datagen.replay import replay_dataset  # noqa: E402
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", required=True, help="HDF5 dataset written by generate.py (or any with states)")
-    p.add_argument("--limit", type=int, default=None, help="replay only the first N demos")
-    p.add_argument("--min-rate", type=float, default=0.99, help="fraction of demos that must succeed again")
+    p.add_argument("--limit", type=cli.positive_int, default=None, help="replay only the first N demos")
+    p.add_argument("--min-rate", type=cli.unit_interval, default=0.99, help="fraction of demos that must succeed again")
     args = p.parse_args(argv)
     try:
         report = replay_dataset(args.dataset, args.limit, progress=True)

@@ -9,6 +9,10 @@ Examples:
 
 Resuming: rerun the same command; training continues from run_dir/last.pt. A finished run (run_dir/policy.pt) is
 left as it is unless `steps` is raised.
+
+Exit status: 0 trained (or already finished); 2 a config, dataset, checkpoint or output path refused (before any
+training; the message names the field or file, the value and what was expected); 1 training stopped because the
+loss became non-finite (no policy.pt is written; last.pt, if any, holds the last checkpoint of finite steps).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import sys
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from r2s2r.cell.spec import ConfigError
 from r2s2r.cell.world import configs_dir
@@ -25,16 +30,25 @@ from r2s2r.data.hdf5 import DatasetError
 
 @hydra.main(config_path=str(configs_dir() / "train"), config_name="config", version_base="1.3")
 def main(composed: DictConfig) -> None:
+    from r2s2r.files import check_output_dir
     from r2s2r.policy.config import train_cfg_from_mapping
-    from r2s2r.policy.train import train
+    from r2s2r.policy.train import TrainingError, train
     from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 
     try:
-        cfg = train_cfg_from_mapping(OmegaConf.to_container(composed, resolve=True))
+        try:
+            values = OmegaConf.to_container(composed, resolve=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"train config: {e}") from None
+        cfg = train_cfg_from_mapping(values)
+        check_output_dir(cfg.run_dir, "run_dir")
         result = ObjectCentricTrainer(cfg).run() if cfg.policy.kind == "object_centric" else train(cfg)
     except (ConfigError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except TrainingError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     how = f"resumed at step {result.resumed_from}" if result.resumed_from else "from scratch"
     print(f"wrote {result.checkpoint} ({result.steps} steps, {how}; final loss {result.final_loss:.4f}, "
           f"{result.samples_per_s:.0f} samples/s)")

@@ -22,7 +22,9 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 import numpy as np  # noqa: E402
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.files import atomic_path, write_text_atomic  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -32,11 +34,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--reality-file", default=None, help="the twin's truth (default: R2S2R_REALITY_FILE, else "
                    "configs/world/reality.yaml)")
     p.add_argument("--demos", default=None, help="real demos (HDF5) whose actions are replayed")
-    p.add_argument("--episodes", type=int, default=4, help="action sequences to replay")
+    p.add_argument("--episodes", type=cli.positive_int, default=4, help="action sequences to replay")
     p.add_argument("--cameras", default="head_left,right_wrist", help="cameras compared image by image")
-    p.add_argument("--image-size", type=int, default=128, help="image height and width for the comparison")
-    p.add_argument("--image-every", type=int, default=40, help="compare images every this many control steps")
-    p.add_argument("--output-dir", default="outputs/world_report", help="where report files and plots go")
+    p.add_argument("--image-size", type=cli.image_size, default=128, help="image height and width for the comparison")
+    p.add_argument("--image-every", type=cli.positive_int, default=40,
+                   help="compare images every this many control steps")
+    p.add_argument("--output-dir", type=cli.output_dir, default="outputs/world_report",
+                   help="where report files and plots go")
     return p.parse_args(argv)
 
 
@@ -88,7 +92,8 @@ def plot(path: Path, results: dict, units: dict, control_hz: float) -> None:
     ax.invert_yaxis()
     ax.legend(loc="lower right")
     fig.tight_layout()
-    fig.savefig(path / "params.png", dpi=120)
+    with atomic_path(path / "params.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
@@ -101,7 +106,8 @@ def plot(path: Path, results: dict, units: dict, control_hz: float) -> None:
         ax.set_ylabel("position error vs twin (mm)")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path / "replay.png", dpi=120)
+    with atomic_path(path / "replay.png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -170,12 +176,15 @@ def main(argv=None) -> int:
     table = "\n".join(lines)
     print(table)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(
-        f"# World mismatch report\n\nTruth: `{truth.path}`; {len(sequences)} replayed action sequences.\n\n{table}\n\n"
-        "![parameters](params.png)\n\n![replay](replay.png)\n\n![twin (top), grounded, ungrounded (bottom)](example.png)\n")
-    (out / "report.json").write_text(json.dumps(results, indent=1))
+    # Plots first, the report files last (each written whole, then renamed): report.md names the others.
     plot(out, results, report.axis_units(), twin.cfg.control_hz)
-    imageio.imwrite(out / "example.png", example)
+    with atomic_path(out / "example.png") as tmp:
+        imageio.imwrite(tmp, example, format="png")
+    write_text_atomic(out / "report.json", json.dumps(results, indent=1))
+    write_text_atomic(out / "report.md",
+                      f"# World mismatch report\n\nTruth: `{truth.path}`; {len(sequences)} replayed action sequences."
+                      f"\n\n{table}\n\n![parameters](params.png)\n\n![replay](replay.png)\n\n"
+                      "![twin (top), grounded, ungrounded (bottom)](example.png)\n")
     print(f"wrote {out}/report.md, report.json, params.png, replay.png, example.png")
     for env in (twin, *envs.values()):
         env.close()

@@ -1,4 +1,5 @@
-"""Writing outputs so that a reader never sees a half-written file under its final name."""
+"""Writing outputs so that a reader never sees a half-written file under its final name, and checking output paths
+before the work that produces them."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from r2s2r.cell.spec import ConfigError
 
 
 @contextmanager
@@ -27,3 +30,46 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         f.write(text)
         f.flush()
         os.fsync(f.fileno())
+
+
+class OutputError(ConfigError):
+    """An output path cannot be written; the message names the option or field, the path and what is wrong."""
+
+
+def check_output_file(path: str | os.PathLike, what: str = "output") -> Path:
+    """Refuse an output file path that cannot be written, before any work is done: an existing folder where the file
+    should go, a parent that is a file, or a folder that cannot be written to. Creates nothing; the missing folders
+    on the way are made when the output is written."""
+    path = Path(path)
+    if str(path) in ("", ".") or path.is_dir():
+        raise OutputError(f"{what} = {str(path)!r}: is a folder; expected a file path to write")
+    _check_ancestor(path, what)
+    return path
+
+
+def check_output_dir(path: str | os.PathLike, what: str = "output") -> Path:
+    """Refuse an output folder that cannot be made or written to, before any work is done (an existing file of that
+    name, a parent that is a file, or a folder without write permission). Creates nothing."""
+    path = Path(path)
+    if str(path) == "":
+        raise OutputError(f"{what} = '': expected a folder path")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{what} = {str(path)!r}: is a file; expected a folder (or a path to create one at)")
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise OutputError(f"{what} = {str(path)!r}: the folder is not writable; expected a writable folder")
+        return path
+    _check_ancestor(path, what)
+    return path
+
+
+def _check_ancestor(path: Path, what: str) -> None:
+    """The nearest existing ancestor of `path` must be a writable folder (the rest of the way can be created)."""
+    ancestor = path.absolute().parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise OutputError(f"{what} = {str(path)!r}: {str(ancestor)!r} is a file; expected a folder on the way")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise OutputError(f"{what} = {str(path)!r}: folder {str(ancestor)!r} is not writable; expected a writable "
+                          f"location")

@@ -103,7 +103,11 @@ def _convert(current: Any, value: Any, where: str) -> Any:
     if isinstance(current, float):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where} = {value!r}: expected a number")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer no float holds
+            raise ConfigError(f"{where} = an integer of {len(str(abs(value)))} digits: expected a number of "
+                              f"magnitude below 1e308") from None
     if isinstance(current, str):
         if not isinstance(value, str):
             raise ConfigError(f"{where} = {value!r}: expected a string")

@@ -18,7 +18,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, train_cfg_of
+from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, load_weights, train_cfg_of
 from r2s2r.policy.config import PolicyCfg
 from r2s2r.policy.model import FlowMatchingPolicy
 
@@ -82,18 +82,18 @@ class PolicyAgent:
 
 
 def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
-    """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`."""
+    """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`.
+
+    A checkpoint that is not one (missing keys, a config that does not validate, weights that do not fit the config
+    or are not finite) is a `CheckpointError` naming the file and what is wrong."""
     payload = load_checkpoint(path)
     if payload.get("kind") != "object_centric":
-        return PolicyAgent(build_policy(payload), name=str(path), seed=seed, device=device)
+        return PolicyAgent(build_policy(payload, path=path), name=str(path), seed=seed, device=device)
     from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, object_locator
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
     policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
                                  oc.hidden, oc.dropout)
-    try:
-        policy.load_state_dict(payload["model"])
-    except (KeyError, RuntimeError) as e:
-        raise CheckpointError(f"checkpoint {str(path)!r}: its weights do not fit its config ({e})") from None
+    load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path))

@@ -7,16 +7,43 @@ these dataclasses, type-checking every field through `r2s2r.overrides` so a typo
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.cell.spec import ConfigError, require
 from r2s2r.overrides import apply_overrides
 
 PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")  # what a policy may observe
 DEFAULT_PROPRIO = PROPRIO_KEYS[:4]  # the flow transformer's (the robot's own state)
 POLICY_KINDS = ("flow_transformer", "object_centric")
 DOMAINS = ("real", "sim")
+
+MAX_STEPS = 100_000_000  # any step count or interval; far beyond a run this package can train
+MAX_BATCH = 65_536
+MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
+
+
+def check_number(where: str, value: object, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False,
+                 hi_open: bool = False, unit: str = "") -> None:
+    """`value` is a number (an integer if `integer`) in the interval from `lo` to `hi` (open at an end where asked).
+
+    Every numeric field of a training config goes through here. The bounds are finite, so NaN and +-inf fail the
+    range test; strings, booleans and lists fail the type test. The error names the field, the value and the range
+    (`optim.lr = inf: expected a finite number in (0, 1]`)."""
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if ok:
+        above = lo < value if lo_open else lo <= value  # type: ignore[operator]
+        below = value < hi if hi_open else value <= hi  # type: ignore[operator]
+        ok = bool(above and below)
+    interval = f"{'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
+    require(ok, where, value, f"{'an integer' if integer else 'a finite number'} in {interval}"
+            + (f" {unit}" if unit else ""))
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +76,9 @@ class PolicyCfg:
     domain_embedding: bool = False
 
     def validate(self) -> PolicyCfg:
+        """Ranges: action_dim 1..256, chunk 1..1024, execute 1..chunk, dim a multiple of 8 in 8..4096 (the image
+        encoder's group norm), heads 1..64 dividing dim, obs_layers and action_layers 1..64, dropout in [0, 1),
+        flow_steps 1..1000, image_size multiples of 16 in [16, 512]."""
         if self.kind not in POLICY_KINDS:
             raise ConfigError(f"policy.kind = {self.kind!r}: expected one of {', '.join(POLICY_KINDS)}")
         if self.kind == "object_centric" and not self.cameras:
@@ -56,19 +86,36 @@ class PolicyCfg:
                               "cameras[0]")
         if not self.cameras and not self.proprio:
             raise ConfigError("policy: cameras and proprio are both empty; expected at least one observation")
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ConfigError(f"policy.cameras = {list(self.cameras)}: expected each camera once")
         bad = [k for k in self.proprio if k not in PROPRIO_KEYS]
         if bad:
             raise ConfigError(f"policy.proprio: unknown {bad}; expected any of {', '.join(PROPRIO_KEYS)}")
-        h, w = self.image_size
-        if h % 16 or w % 16 or not (16 <= h <= 512 and 16 <= w <= 512):
-            raise ConfigError(f"policy.image_size = {list(self.image_size)}: expected multiples of 16 in [16, 512] "
+        size = self.image_size
+        ok = (isinstance(size, tuple | list) and len(size) == 2
+              and all(isinstance(x, int) and not isinstance(x, bool) and 16 <= x <= 512 and x % 16 == 0
+                      for x in size))
+        if not ok:
+            shown = list(size) if isinstance(size, tuple | list) else size
+            raise ConfigError(f"policy.image_size = {shown}: expected multiples of 16 in [16, 512] "
                               f"(the image encoder halves the size four times)")
-        if not 1 <= self.execute <= self.chunk:
+        check_number("policy.action_dim", self.action_dim, 1, 256, integer=True)
+        check_number("policy.chunk", self.chunk, 1, 1024, integer=True)
+        check_number("policy.execute", self.execute, 1, 1024, integer=True)
+        if self.execute > self.chunk:
             raise ConfigError(f"policy.execute = {self.execute}: expected 1 to policy.chunk ({self.chunk})")
+        check_number("policy.dim", self.dim, 8, 4096, integer=True)
+        if self.dim % 8:
+            raise ConfigError(f"policy.dim = {self.dim}: expected a multiple of 8 (the image encoder's group norm)")
+        check_number("policy.heads", self.heads, 1, 64, integer=True)
         if self.dim % self.heads:
             raise ConfigError(f"policy.dim = {self.dim}: expected a multiple of policy.heads ({self.heads})")
-        if self.flow_steps < 1:
-            raise ConfigError(f"policy.flow_steps = {self.flow_steps}: expected >= 1")
+        check_number("policy.obs_layers", self.obs_layers, 1, 64, integer=True)
+        check_number("policy.action_layers", self.action_layers, 1, 64, integer=True)
+        check_number("policy.dropout", self.dropout, 0, 1, hi_open=True)
+        check_number("policy.flow_steps", self.flow_steps, 1, 1000, integer=True)
+        require(isinstance(self.domain_embedding, bool), "policy.domain_embedding", self.domain_embedding,
+                "true or false")
         return self
 
     def observation_set(self) -> dict:
@@ -96,11 +143,22 @@ class DataCfg:
 
 @dataclass(frozen=True)
 class OptimCfg:
+    """AdamW with linear warmup and cosine decay. Ranges: lr in (0, 1], weight_decay in [0, 1], warmup_steps >= 0,
+    grad_clip (the gradient norm clipped to) in (0, 1e6], ema_decay in [0, 1)."""
+
     lr: float = 3e-4
     weight_decay: float = 1e-4
     warmup_steps: int = 200
     grad_clip: float = 1.0
     ema_decay: float = 0.999
+
+    def validate(self) -> OptimCfg:
+        check_number("optim.lr", self.lr, 0, 1, lo_open=True)
+        check_number("optim.weight_decay", self.weight_decay, 0, 1)
+        check_number("optim.warmup_steps", self.warmup_steps, 0, MAX_STEPS, integer=True)
+        check_number("optim.grad_clip", self.grad_clip, 0, 1e6, lo_open=True)
+        check_number("optim.ema_decay", self.ema_decay, 0, 1, hi_open=True)
+        return self
 
 
 @dataclass(frozen=True)
@@ -113,7 +171,11 @@ class CotrainCfg:
     differs (the balance the co-training literature argues for).
     """
 
-    alignment_weight: float = 0.0
+    alignment_weight: float = 0.0  # in [0, 100]
+
+    def validate(self) -> CotrainCfg:
+        check_number("cotrain.alignment_weight", self.alignment_weight, 0, 100)
+        return self
 
 
 @dataclass(frozen=True)
@@ -141,16 +203,23 @@ class ObjectCentricCfg:
     holdout_demos: int = 0
 
     def validate(self) -> ObjectCentricCfg:
-        for name in ("estimator_steps", "estimator_batch", "head_batch", "keypoints", "hidden"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"object_centric.dropout = {self.dropout}: expected in [0, 1)")
-        for name in ("lighting_augmentation", "keypoint_weight", "state_noise", "holdout_demos"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"object_centric.{name} = {getattr(self, name)}: expected >= 0")
-        if self.control_hz <= 0:
-            raise ConfigError(f"object_centric.control_hz = {self.control_hz}: expected > 0")
+        """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
+        1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise in
+        [0, 1] m, control_hz in (0, 1000] Hz, holdout_demos 0..1e6."""
+        where = "object_centric"
+        check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
+        check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
+        check_number(f"{where}.head_batch", self.head_batch, 1, MAX_BATCH, integer=True)
+        check_number(f"{where}.keypoints", self.keypoints, 1, 256, integer=True)
+        check_number(f"{where}.hidden", self.hidden, 1, 16384, integer=True)
+        check_number(f"{where}.dropout", self.dropout, 0, 1, hi_open=True)
+        check_number(f"{where}.lighting_augmentation", self.lighting_augmentation, 0, 10)
+        check_number(f"{where}.keypoint_weight", self.keypoint_weight, 0, 1000)
+        require(isinstance(self.keypoint_world, str) and bool(self.keypoint_world), f"{where}.keypoint_world",
+                self.keypoint_world, "a world name or .yaml path")
+        check_number(f"{where}.state_noise", self.state_noise, 0, 1, unit="m")
+        check_number(f"{where}.control_hz", self.control_hz, 0, 1000, lo_open=True, unit="Hz")
+        check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         return self
 
 
@@ -170,35 +239,41 @@ class TrainCfg:
     object_centric: ObjectCentricCfg = field(default_factory=ObjectCentricCfg)
 
     def validate(self) -> TrainCfg:
+        """Every field in range (see each section's `validate`; here: seed 0..2^32-1, steps, log_every and
+        checkpoint_every 1..1e8, batch_size 1..65536, threads 0..1024, data.random_shift 0..64 pixels, dataset
+        weights in [0, 1] with at least one above 0), or a `ConfigError` naming the field, the value and the
+        range."""
+        require(isinstance(self.run_dir, str) and bool(self.run_dir), "run_dir", self.run_dir, "a folder path")
+        check_number("seed", self.seed, 0, MAX_SEED, integer=True)
+        for name in ("steps", "log_every", "checkpoint_every"):
+            check_number(name, getattr(self, name), 1, MAX_STEPS, integer=True)
+        check_number("batch_size", self.batch_size, 1, MAX_BATCH, integer=True)
+        check_number("threads", self.threads, 0, 1024, integer=True)
         self.policy.validate()
+        self.optim.validate()
+        self.cotrain.validate()
         self.object_centric.validate()
-        for name in ("steps", "batch_size", "log_every", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} = {getattr(self, name)}: expected >= 1")
         if not self.data.datasets:
             raise ConfigError("data.datasets is empty: expected at least one dataset {path, weight}")
         for i, d in enumerate(self.data.datasets):
-            if not d.path:
-                raise ConfigError(f"data.datasets[{i}].path is empty: expected an HDF5 dataset file")
-            if not 0.0 <= d.weight <= 1.0:
-                raise ConfigError(f"data.datasets[{i}].weight = {d.weight} ({d.path}): expected a mixture ratio "
+            if not isinstance(d.path, str) or not d.path:
+                raise ConfigError(f"data.datasets[{i}].path = {d.path!r}: expected an HDF5 dataset file")
+            if not isinstance(d.weight, numbers.Real) or isinstance(d.weight, bool) or not 0.0 <= d.weight <= 1.0:
+                raise ConfigError(f"data.datasets[{i}].weight = {d.weight!r} ({d.path}): expected a mixture ratio "
                                   f"in [0, 1]")
             if d.domain not in ("", *DOMAINS):
                 raise ConfigError(f"data.datasets[{i}].domain = {d.domain!r} ({d.path}): expected 'real', 'sim' "
                                   f"or '' (from the file)")
         if sum(d.weight for d in self.data.datasets) <= 0:
             raise ConfigError("data.datasets: every weight is 0; expected at least one dataset to sample from")
-        if self.data.random_shift < 0:
-            raise ConfigError(f"data.random_shift = {self.data.random_shift}: expected >= 0 pixels")
-        if not 0.0 <= self.optim.ema_decay < 1.0:
-            raise ConfigError(f"optim.ema_decay = {self.optim.ema_decay}: expected in [0, 1)")
-        if self.cotrain.alignment_weight < 0:
-            raise ConfigError(f"cotrain.alignment_weight = {self.cotrain.alignment_weight}: expected >= 0")
+        check_number("data.random_shift", self.data.random_shift, 0, 64, integer=True, unit="pixels")
         return self
 
 
 def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
     """A validated `TrainCfg` from a nested mapping (a composed Hydra config as a plain dict)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"config = {values!r}: expected a mapping of field names to values")
     values = dict(values)
     datasets = values.get("data", {}).get("datasets", []) if isinstance(values.get("data"), dict) else []
     if not isinstance(datasets, list | tuple):

@@ -8,6 +8,9 @@ Run folder (`TrainCfg.run_dir`):
 
 Rerunning with the same config continues from `last.pt`; a finished run is left as it is. Raising `steps` extends
 a finished run. Any other config change is refused (a run folder holds one experiment).
+
+A loss that is not finite (NaN or inf) stops training with a `TrainingError` naming the step and the loss, before
+the step updates any weight; no `policy.pt` is written, and `last.pt` keeps the last checkpoint of finite steps.
 """
 
 from __future__ import annotations
@@ -25,10 +28,22 @@ from tqdm import tqdm
 
 from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import (CheckpointError, cfg_dict, check_observation_set, load_checkpoint,
-                                     save_checkpoint)
+                                     load_weights, save_checkpoint)
 from r2s2r.policy.config import DOMAINS, TrainCfg
 from r2s2r.policy.data import MixtureSampler, check_compatible, load_dataset, mixture_stats
 from r2s2r.policy.model import FlowMatchingPolicy, mmd, random_shift, to_tensors
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (the loss or the weights became non-finite); the message names the run and the step."""
+
+
+def check_loss(loss: torch.Tensor, step: int, where: str) -> None:
+    """Stop training when `loss` (a scalar) is NaN or infinite; `step` counts from 1, `where` names the run (and
+    stage)."""
+    if not bool(torch.isfinite(loss.detach())):
+        raise TrainingError(f"{where}: the loss is {float(loss.detach())} at step {step}: expected a finite loss; "
+                            f"training stopped (lower optim.lr or raise optim.warmup_steps, or check the data)")
 
 
 @dataclass
@@ -93,13 +108,17 @@ class Trainer:
             diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
             raise CheckpointError(f"{path}: the run folder holds a run with another config (differs in "
                                   f"{', '.join(diff)}); use another run_dir or the same config")
-        self.model.load_state_dict(payload["model"])
-        self.ema.load_state_dict(payload["ema"])
-        self.optimizer.load_state_dict(payload["optimizer"])
+        load_weights(self.model, payload, "model", path)
+        load_weights(self.ema, payload, "ema", path)
+        try:
+            self.optimizer.load_state_dict(payload["optimizer"])
+            torch.set_rng_state(payload["rng"]["torch"])
+            self.generator.set_state(payload["rng"]["generator"])
+            self.sampler.set_state(payload["rng"]["sampler"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"checkpoint {str(path)!r}: its optimizer or random state cannot be restored "
+                                  f"({type(e).__name__}: {e}); expected a last.pt written by this trainer") from None
         self.step = self.resumed_from = int(payload["step"])
-        torch.set_rng_state(payload["rng"]["torch"])
-        self.generator.set_state(payload["rng"]["generator"])
-        self.sampler.set_state(payload["rng"]["sampler"])
 
     def _payload(self) -> dict:
         return {"cfg": cfg_dict(self.cfg), "proprio_dim": self.datasets[0].proprio.shape[1], "step": self.step,
@@ -133,6 +152,7 @@ class Trainer:
             group["lr"] = cfg.optim.lr * lr_factor(self.step, cfg.optim.warmup_steps, cfg.steps)
         self.model.train()
         terms = self.loss(batch)
+        check_loss(terms["loss"], self.step + 1, str(self.run_dir))
         self.optimizer.zero_grad(set_to_none=True)
         terms["loss"].backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
@@ -143,6 +163,10 @@ class Trainer:
         return {k: float(v.detach()) for k, v in terms.items()}
 
     def checkpoint(self, name: str) -> Path:
+        for what, module in (("model", self.model), ("ema", self.ema)):
+            if not all(bool(torch.isfinite(p).all()) for p in module.parameters()):
+                raise TrainingError(f"{self.run_dir}: the {what} weights are not finite after step {self.step}; "
+                                    f"{name} not written (lower optim.lr or raise optim.warmup_steps)")
         return save_checkpoint(self.run_dir / name, self._payload())
 
     def run(self, progress: bool = True) -> TrainResult:
