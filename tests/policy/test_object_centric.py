@@ -16,9 +16,9 @@ from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
-from r2s2r.policy.object_centric import (BIN, BLIND_VAR, FEATURE_STRIDE, POS, SIZE, YAW, BeltTracker, CameraGeometry,
-                                         LocatorCfg, ObjectCentricAgent, ObjectLocator, frame_labels, keypoint_pixels,
-                                         keypoint_target)
+from r2s2r.policy.object_centric import (BIN, BLIND_VAR, FEATURE_STRIDE, NEAR, NEAR_FIELD, POS, SIZE, YAW,
+                                         BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator,
+                                         frame_labels, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
 
@@ -95,6 +95,16 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     for stage in ("estimator", "head"):
         losses = [e["loss"] for e in log if e["stage"] == stage]
         assert np.mean(losses[-3:]) < np.mean(losses[:3]), (stage, losses)
+    # The head trains on the near-field copy of the offset it is given, noise included, as deployment computes it:
+    # the offset itself within 3 mm of the hand, saturating at NEAR_FIELD.
+    x, _ = trainer.head_batch()
+    m = trainer.model
+    raw = (x * m.input_std + m.input_mean).numpy()
+    offset, near = raw[:, :3], raw[:, NEAR]
+    np.testing.assert_allclose(near, NEAR_FIELD * np.tanh(offset / NEAR_FIELD), atol=1e-5)
+    close = np.abs(offset) < 0.003
+    np.testing.assert_allclose(near[close], offset[close], atol=1e-5)
+    assert np.all(np.abs(near) <= NEAR_FIELD)
     report = json.loads((tmp_path / "run" / "perception.json").read_text())
     assert report["demos"] == 1 and report["approach"]["tracker_xy"]["frames"] > 0
     assert np.isfinite(report["approach"]["tracker_xy"]["median_cm"])

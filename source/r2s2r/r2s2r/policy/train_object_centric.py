@@ -27,11 +27,11 @@ from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, 
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, EE_POSE, HEAD_PROPRIO, POS, SETPOINT, BeltTracker,
-                                         ObjectCentricPolicy, ObjectLocator, estimator_loss, head_input,
-                                         keypoint_loss, object_locator, photometric, relative_actions,
-                                         to_unit)
-from r2s2r.policy.train import TrainResult, lr_factor
+from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, EE_POSE, HEAD_PROPRIO, NEAR, POS, SETPOINT,
+                                         TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
+                                         estimator_loss, head_input, keypoint_loss, near_field, object_locator,
+                                         photometric, relative_actions, to_unit)
+from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 
 def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
@@ -62,9 +62,9 @@ def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
 
 
 def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, control_hz: float) -> np.ndarray:
-    """The tracker's state (T, 17) at every step of every demo of `d`, from its measurements."""
+    """The tracker's state (T, TRACKED_DIM) at every step of every demo of `d`, from its measurements."""
     tracker = BeltTracker(1.0 / control_hz)
-    out = np.zeros((len(d), 17))
+    out = np.zeros((len(d), TRACKED_DIM))
     for t in range(len(d)):
         if t == d.demo_start[t]:
             tracker.reset()
@@ -191,6 +191,7 @@ class ObjectCentricTrainer:
         """One step of either stage: both train at three times the flow transformer's learning rate (small
         networks, few steps), with its warmup, cosine schedule and gradient clipping."""
         optim = self.cfg.optim
+        check_loss(loss, step + 1, f"{self.run_dir}: {'estimator' if module is self.model.estimator else 'head'}")
         for g in opt.param_groups:
             g["lr"] = optim.lr * 3 * lr_factor(step, optim.warmup_steps, total)
         opt.zero_grad(set_to_none=True)
@@ -248,6 +249,7 @@ class ObjectCentricTrainer:
         x = torch.from_numpy(np.concatenate(x_parts))
         # The tracked position as the estimator places unseen images: noisier than its own training frames.
         x[:, :3] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
+        x[:, NEAR] = near_field(x[:, :3])
         m = self.model
         return (x - m.input_mean) / m.input_std, (torch.from_numpy(np.concatenate(y_parts)) - m.action_mean) / m.action_std
 
