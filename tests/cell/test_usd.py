@@ -90,8 +90,12 @@ def test_every_body_maps_to_exactly_one_prim(model, stage):
         prim = stage.GetPrimAtPath(path)
         assert prim.IsValid() and prim.IsA(UsdGeom.Xform), path
         assert prim.GetName() == name(model, mujoco.mjtObj.mjOBJ_BODY, b)
-    children = [p.GetPath().pathString for p in stage.GetPrimAtPath("/World/Bodies").GetChildren()]
+    assets = stage.GetPrimAtPath("/World/Assets").GetChildren()
+    children = [p.GetPath().pathString for a in assets for p in a.GetChildren() if p.GetName() != "Joints"]
     assert sorted(children) == sorted(paths)
+    # One subtree per child of the world body, named after it.
+    roots = {usd.body_prim_path(model, b) for b in range(1, model.nbody) if model.body_parentid[b] == 0}
+    assert {f"{a.GetPath()}/{a.GetName()}" for a in assets} == roots
     with pytest.raises(ValueError):
         usd.body_prim_path(model, 0)
 
@@ -102,7 +106,7 @@ def test_joints_have_type_limits_in_degrees_and_drive_gains(model, stage):
     checked = 0
     for j in range(model.njnt):
         jname = name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
-        prim = stage.GetPrimAtPath(f"/World/Joints/{jname}")
+        prim = stage.GetPrimAtPath(usd.joint_prim_path(model, j))
         if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
             assert not prim.IsValid(), jname
             assert stage.GetPrimAtPath(usd.body_prim_path(model, model.jnt_bodyid[j])).HasAPI(UsdPhysics.RigidBodyAPI)
@@ -139,19 +143,24 @@ def test_joints_have_type_limits_in_degrees_and_drive_gains(model, stage):
 def test_rigid_bodies_statics_and_articulation_roots(model, stage):
     for b in range(1, model.nbody):
         prim = stage.GetPrimAtPath(usd.body_prim_path(model, b))
-        moving = model.body_weldid[b] != 0
+        # Every link of an articulation is a rigid body (its root fixed to the world); the bins are static.
+        moving = model.body_weldid[b] != 0 or usd.articulated(model, model.body_rootid[b])
         assert prim.HasAPI(UsdPhysics.RigidBodyAPI) == moving, prim.GetPath()
         if moving:
             mass = UsdPhysics.MassAPI(prim)
             assert mass.GetMassAttr().Get() == pytest.approx(model.body_mass[b], rel=1e-6)
             assert np.allclose(mass.GetDiagonalInertiaAttr().Get(), model.body_inertia[b], rtol=1e-6)
             assert np.allclose(mass.GetCenterOfMassAttr().Get(), model.body_ipos[b], atol=1e-7)
+    for root in ("right_base", "left_base", "conveyor"):
+        asset = f"/World/Assets/{root}"
+        assert stage.GetPrimAtPath(asset).HasAPI(UsdPhysics.ArticulationRootAPI)
+        fixed = UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"{asset}/Joints/{root}_fixed"))
+        assert not fixed.GetBody0Rel().GetTargets() and fixed.GetBody1Rel().GetTargets() == [f"{asset}/{root}"]
     for side in ("right", "left"):
-        assert stage.GetPrimAtPath(f"/World/Bodies/{side}_base").HasAPI(UsdPhysics.ArticulationRootAPI)
-        weld = UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"/World/Joints/{side}_palm_weld"))
-        assert weld.GetBody0Rel().GetTargets() == [f"/World/Bodies/{side}_link7"]
+        weld = UsdPhysics.FixedJoint(stage.GetPrimAtPath(f"/World/Assets/{side}_base/Joints/{side}_palm_weld"))
+        assert weld.GetBody0Rel().GetTargets() == [f"/World/Assets/{side}_base/{side}_link7"]
     roots = [p for p in stage.Traverse() if p.HasAPI(UsdPhysics.ArticulationRootAPI)]
-    assert len(roots) == 2
+    assert len(roots) == 3
 
 
 def test_collision_geoms_and_materials(model, stage):
@@ -192,8 +201,12 @@ def test_geom_shapes_follow_mujoco_sizes(model, stage):
     assert cyl.GetRadiusAttr().Get() == pytest.approx(size[0])
     assert cyl.GetHeightAttr().Get() == pytest.approx(2 * size[1])
     prim, size = geom("obj_ellipsoid")
-    assert UsdGeom.Sphere(prim).GetRadiusAttr().Get() == 1.0
-    assert np.allclose(UsdGeom.Xformable(prim).GetOrderedXformOps()[2].Get(), size)
+    # A mesh with every vertex on the ellipsoid, collided as its convex hull, with no scale op.
+    points = np.array(UsdGeom.Mesh(prim).GetPointsAttr().Get(), dtype=float)
+    assert np.allclose(np.sum((points / size) ** 2, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(points.max(axis=0), size, rtol=1e-6) and np.allclose(points.min(axis=0), -size, rtol=1e-6)
+    assert UsdPhysics.MeshCollisionAPI(prim).GetApproximationAttr().Get() == UsdPhysics.Tokens.convexHull
+    assert len(UsdGeom.Xformable(prim).GetOrderedXformOps()) == 2
     prim, size = geom("obj_cuboid")
     assert UsdGeom.Cube(prim).GetSizeAttr().Get() == 2.0
     assert np.allclose(UsdGeom.Xformable(prim).GetOrderedXformOps()[2].Get(), size)
@@ -205,7 +218,7 @@ def test_stage_follows_the_model_not_a_second_description(cell):
     wide = cell.replace(belt=cell.belt.__class__(width=0.4))
     model = build_model(wide)
     stage = usd.build_stage(model, wide)
-    ops = UsdGeom.Xformable(stage.GetPrimAtPath("/World/Bodies/belt/belt_surface")).GetOrderedXformOps()
+    ops = UsdGeom.Xformable(stage.GetPrimAtPath("/World/Assets/conveyor/belt/belt_surface")).GetOrderedXformOps()
     assert ops[2].Get()[1] == pytest.approx(0.2)
 
 
@@ -266,7 +279,7 @@ def check_joint_frames(model: mujoco.MjModel, stage: Usd.Stage, data: mujoco.MjD
         jtype = model.jnt_type[j]
         if jtype == mujoco.mjtJoint.mjJNT_FREE:
             continue
-        prim = stage.GetPrimAtPath(f"/World/Joints/{name(model, mujoco.mjtObj.mjOBJ_JOINT, j)}")
+        prim = stage.GetPrimAtPath(usd.joint_prim_path(model, j))
         k = "XYZ".index(prim.GetAttribute("physics:axis").Get())
         (r0, p0), (r1, p1) = frame(UsdPhysics.Joint(prim), 0), frame(UsdPhysics.Joint(prim), 1)
         coord = data.qpos[model.jnt_qposadr[j]]
@@ -328,11 +341,11 @@ def test_oblique_axes_reference_positions_and_a_world_parent(cell):
         mujoco.mj_kinematics(model, data)
         usd.sync_poses(stage, model, data)
         assert check_joint_frames(model, stage, data) == 3
-    hinge = UsdPhysics.RevoluteJoint(stage.GetPrimAtPath("/World/Joints/hinge"))
+    hinge = UsdPhysics.RevoluteJoint(stage.GetPrimAtPath(usd.joint_prim_path(model, model.joint("hinge").id)))
     assert not hinge.GetBody0Rel().GetTargets()  # parent is the world
     assert hinge.GetLowerLimitAttr().Get() == pytest.approx(math.degrees(-1), rel=1e-6)
     assert UsdPhysics.DriveAPI(hinge.GetPrim(), "angular").GetStiffnessAttr().Get() == pytest.approx(10 * math.pi / 180)
-    assert UsdPhysics.PrismaticJoint(stage.GetPrimAtPath("/World/Joints/slide")).GetUpperLimitAttr().Get() \
+    assert UsdPhysics.PrismaticJoint(stage.GetPrimAtPath(usd.joint_prim_path(model, model.joint("slide").id))).GetUpperLimitAttr().Get() \
         == pytest.approx(0.2, rel=1e-6)
 
 
@@ -359,7 +372,7 @@ def test_time_samples_record_a_rollout(model, cell):
         mujoco.mj_kinematics(model, data)
         usd.sync_poses(stage, model, data, frame)
         poses.append(data.xpos.copy())
-    belt = stage.GetPrimAtPath("/World/Bodies/belt")
+    belt = stage.GetPrimAtPath("/World/Assets/conveyor/belt")
     translate = UsdGeom.Xformable(belt).GetOrderedXformOps()[0]
     assert translate.GetAttr().GetTimeSamples() == [0.0, 1.0, 2.0, 3.0]
     for frame, xpos in enumerate(poses):
@@ -390,7 +403,7 @@ def test_metadata_and_written_file_reopens(model, cell, tmp_path):
 def test_cameras_carry_the_cell_lenses(model, cell, stage):
     for cam_cfg in cell.cameras:
         lens = cam_cfg.lens
-        parent = "/World/Cameras" if cam_cfg.mount == "world" else f"/World/Bodies/{cam_cfg.mount.split('_')[0]}_palm"
+        parent = "/World/Cameras" if cam_cfg.mount == "world" else f"/World/Assets/{cam_cfg.mount.split('_')[0]}_base/{cam_cfg.mount.split('_')[0]}_palm"
         prim = stage.GetPrimAtPath(f"{parent}/{cam_cfg.name}")
         cam = UsdGeom.Camera(prim)
         focal = cam.GetFocalLengthAttr().Get()
@@ -443,7 +456,7 @@ def test_script_writes_an_animated_stage(tmp_path):
     assert str(out) in run.stdout
     stage = Usd.Stage.Open(str(out))
     assert stage.GetTimeCodesPerSecond() == 30 and stage.GetEndTimeCode() == 15
-    cube = stage.GetPrimAtPath("/World/Bodies/obj_cube")
+    cube = stage.GetPrimAtPath("/World/Assets/obj_cube/obj_cube")
     translate = UsdGeom.Xformable(cube).GetOrderedXformOps()[0].GetAttr()
     assert translate.GetTimeSamples() == [float(f) for f in range(16)]
     start, end = translate.Get(0), translate.Get(15)
@@ -459,3 +472,91 @@ def test_script_bad_output_path_exits_2_and_names_it(tmp_path):
     assert run.returncode == 2
     assert str(bad) in run.stderr
     assert "Traceback" not in run.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the Omniverse stack checks: usd-core's validators, the UsdPhysics parser, Newton's importer
+# --------------------------------------------------------------------------------------------------------------
+WORLDS = sorted(p.stem for p in (REPO / "configs" / "world").glob("*.yaml"))
+ARTICULATIONS = {"/World/Assets/right_base": 27, "/World/Assets/left_base": 27, "/World/Assets/conveyor": 1}
+
+
+@pytest.fixture(scope="module")
+def exported(model, cell, tmp_path_factory) -> str:
+    return usd.write_stage(usd.build_stage(model, cell), tmp_path_factory.mktemp("usd") / "cell.usda")
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_validators_report_nothing_for_every_world(world, tmp_path):
+    from pxr import UsdValidation
+
+    from r2s2r.cell.world import load_world
+
+    cell = load_world(world).cell
+    path = usd.write_stage(usd.build_stage(build_model(cell), cell), tmp_path / f"{world}.usda")
+    registry = UsdValidation.ValidationRegistry()
+    validators = registry.GetOrLoadAllValidators()
+    assert any(str(v.GetMetadata().name).startswith("usdPhysicsValidators:") for v in validators)
+    errors = UsdValidation.ValidationContext(validators).Validate(Usd.Stage.Open(path))
+    assert [f"{e.GetName()}: {e.GetMessage()}" for e in errors] == []
+
+
+def test_physics_parser_finds_the_articulations(model, exported):
+    parsed = UsdPhysics.LoadUsdPhysicsFromRange(Usd.Stage.Open(exported), ["/"])
+    paths, descs = parsed[UsdPhysics.ObjectType.Articulation]
+    found = {str(p): d for p, d in zip(paths, descs)}
+    assert sorted(found) == sorted(ARTICULATIONS)
+    for path, d in found.items():
+        joints = [str(j) for j in d.articulatedJoints]
+        moving = [j for j in joints if not j.endswith(("_fixed", "_weld"))]
+        assert len(moving) == ARTICULATIONS[path], path
+        assert all(j.startswith(f"{path}/Joints/") for j in joints)
+        assert [str(r) for r in d.rootPrims] == [f"{path}/Joints/{path.rsplit('/', 1)[1]}_fixed"]
+    assert len(parsed[UsdPhysics.ObjectType.MeshShape][0]) == 1  # the ellipsoid
+
+
+@pytest.fixture(scope="module")
+def newton_model(exported):
+    newton = pytest.importorskip("newton", reason="newton (scripts/setup.sh installs it) does not import")
+    pytest.importorskip("newton_usd_schemas", reason="Newton's USD importer needs newton-usd-schemas")
+    import warp as wp
+
+    wp.config.quiet = True
+    builder = newton.ModelBuilder()
+    newton.solvers.SolverMuJoCo.register_custom_attributes(builder)
+    builder.add_usd(exported)
+    return newton, builder.finalize(device="cpu")
+
+
+def _newton_joint_index(nm) -> dict[str, int]:
+    """Newton joint index by name: a joint prim's name, or for the free joints Newton adds, its body's name."""
+    child = nm.joint_child.numpy()
+    return {(label if "/" in label else nm.body_label[child[i]]).rsplit("/", 1)[1]: i
+            for i, label in enumerate(nm.joint_label)}
+
+
+def test_newton_imports_joints_axes_and_limits_as_mujoco(model, newton_model):
+    newton, nm = newton_model
+    # Each free object is a one-body articulation of its own (Newton gives it a free joint).
+    free = sum(model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE for j in range(model.njnt))
+    assert nm.articulation_count == len(ARTICULATIONS) + free
+    index = _newton_joint_index(nm)
+    jtype, axis = nm.joint_type.numpy(), nm.joint_axis.numpy()
+    qd_start, lower, upper = nm.joint_qd_start.numpy(), nm.joint_limit_lower.numpy(), nm.joint_limit_upper.numpy()
+    kinds = {int(mujoco.mjtJoint.mjJNT_HINGE): newton.JointType.REVOLUTE,
+             int(mujoco.mjtJoint.mjJNT_SLIDE): newton.JointType.PRISMATIC,
+             int(mujoco.mjtJoint.mjJNT_FREE): newton.JointType.FREE}
+    for j in range(model.njnt):
+        jname = name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
+        # The cell's free joints are named after their bodies.
+        i = index[jname]
+        assert jtype[i] == kinds[int(model.jnt_type[j])], jname
+        if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_FREE:
+            continue
+        # Newton's axis is in the joint's child frame; rotated into the child body it is MuJoCo's jnt_axis.
+        x, y, z, w = nm.joint_X_c.numpy()[i][3:]
+        in_body = quat_to_mat(np.array([w, x, y, z])) @ axis[qd_start[i]]
+        assert np.allclose(in_body, model.jnt_axis[j] / np.linalg.norm(model.jnt_axis[j]), atol=1e-6), jname
+        if model.jnt_limited[j]:
+            assert np.allclose([lower[qd_start[i]], upper[qd_start[i]]], model.jnt_range[j], atol=1e-5), jname
+    assert nm.mujoco.gravcomp.numpy()[nm.body_label.index("/World/Assets/right_base/right_link1")] == 1.0

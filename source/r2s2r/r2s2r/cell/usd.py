@@ -12,21 +12,29 @@ Prim layout (stable paths; MuJoCo names pass through `Tf.MakeValidIdentifier`):
     /World                            Xform, the default prim; its groups below are Scopes (no transform)
     /World/PhysicsScene               UsdPhysics.Scene, gravity from model.opt.gravity
     /World/Static/<geom>              geoms of the world body (the floor)
-    /World/Bodies/<body>              one Xform per body except the world. FLAT, not nested: its ops
+    /World/Assets/<root>              one Xform (identity transform) per child of the world body and its subtree:
+                                      an arm, the conveyor, a bin, an object; Isaac Lab can clone each per env
+    /World/Assets/<root>/<body>       one Xform per body of that tree. FLAT, not nested: its ops
                                       (xformOp:translate double3, xformOp:orient quatd) hold the body's WORLD
                                       pose, so syncing a body is two writes and needs no parent transform
-    /World/Bodies/<body>/<geom>       geoms (unnamed ones as geom_<id>), local pose from geom_pos/geom_quat
-    /World/Bodies/<body>/<camera>     cameras mounted on a body, local pose from cam_pos/cam_quat
+    /World/Assets/<root>/<body>/<geom>    geoms (unnamed ones as geom_<id>), local pose from geom_pos/geom_quat
+    /World/Assets/<root>/<body>/<camera>  cameras mounted on a body, local pose from cam_pos/cam_quat
+    /World/Assets/<root>/Joints/<joint>   RevoluteJoint (hinge) or PrismaticJoint (slide); free joints have none
+    /World/Assets/<root>/Joints/<root>_fixed  FixedJoint of an articulation's root link to the world
+    /World/Assets/<root>/Joints/<body>_weld   FixedJoint of a jointless body welded to its parent (the palms)
     /World/Cameras/<camera>           cameras fixed to the world
-    /World/Joints/<joint>             RevoluteJoint (hinge) or PrismaticJoint (slide); free joints have none
-    /World/Joints/<body>_weld         FixedJoint of a jointless body welded to a moving parent (the palms)
     /World/Lights/<light>             SphereLight (MuJoCo spot light) or DistantLight (directional); a light
                                       mounted on a body sits under its body prim instead, like cameras
     /World/Looks/color_<rrggbbaa>     UsdPreviewSurface material per distinct geom colour
     /World/Looks/friction_<mu>        physics material per distinct friction of collision geoms
 
-Physics schemas: bodies that move (not welded to the world) get RigidBodyAPI and MassAPI; bodies welded to
-the world (arm bases, bins, conveyor frame) are static colliders. Each arm's base carries ArticulationRootAPI.
+Physics schemas: an asset with hinge or slide joints (each arm, the conveyor with its prismatic belt) is an
+articulation: ArticulationRootAPI on its /World/Assets/<root> prim, RigidBodyAPI and MassAPI on every link, the
+root link fixed to the world. Free bodies (the objects) are rigid bodies; the bins are static colliders. An
+ellipsoid is a triangle mesh with its vertices on the surface, collided as its convex hull (USD has no ellipsoid
+and refuses a non-uniformly scaled sphere collider). MuJoCo-only parameters are `mjc:` attributes, as Newton's
+importer reads them: mjc:option:timestep on the scene, mjc:gravcomp on bodies, mjc:armature, mjc:damping and
+mjc:frictionloss on joints.
 Geoms with a non-zero contype or conaffinity get CollisionAPI and a friction material bound for purpose
 "physics". Joint limits and angular drive gains follow USD's degree convention: a MuJoCo stiffness kp
 (N*m/rad) is written as kp * pi / 180 (N*m/deg), damping likewise. Robot links with gravity compensation get
@@ -74,10 +82,31 @@ _G = mujoco.mjtGeom
 _J = mujoco.mjtJoint
 
 
-def body_prim_path(model: mujoco.MjModel, body_id: int) -> str:
+def asset_prim_path(model: mujoco.MjModel, body_id: int) -> str:
+    """The asset subtree holding a body: one per child of the world body (a robot, the conveyor, a bin, an object)."""
     if not 0 < body_id < model.nbody:
         raise ValueError(f"body_id = {body_id!r}: expected a body in [1, {model.nbody - 1}] (the world has no prim)")
-    return f"/World/Bodies/{_ident(model, mujoco.mjtObj.mjOBJ_BODY, body_id, 'body')}"
+    root = int(model.body_rootid[body_id])
+    return f"/World/Assets/{_ident(model, mujoco.mjtObj.mjOBJ_BODY, root, 'body')}"
+
+
+def body_prim_path(model: mujoco.MjModel, body_id: int) -> str:
+    return f"{asset_prim_path(model, body_id)}/{_ident(model, mujoco.mjtObj.mjOBJ_BODY, body_id, 'body')}"
+
+
+def joint_prim_path(model: mujoco.MjModel, joint_id: int) -> str:
+    """A hinge or slide joint's prim, in the Joints scope of its body's asset (free joints have none)."""
+    if not 0 <= joint_id < model.njnt:
+        raise ValueError(f"joint_id = {joint_id!r}: expected a joint in [0, {model.njnt - 1}]")
+    body = int(model.jnt_bodyid[joint_id])
+    return f"{asset_prim_path(model, body)}/Joints/{_ident(model, mujoco.mjtObj.mjOBJ_JOINT, joint_id, 'joint')}"
+
+
+def articulated(model: mujoco.MjModel, root: int) -> bool:
+    """Whether the tree under a child of the world is an articulation: it has hinge or slide joints (the arms, the
+    conveyor); the rest are static (bins) or free rigid bodies (objects)."""
+    return any(int(model.jnt_type[j]) in (_J.mjJNT_HINGE, _J.mjJNT_SLIDE)
+               and model.body_rootid[model.jnt_bodyid[j]] == root for j in range(model.njnt))
 
 
 def _ident(model: mujoco.MjModel, obj: mujoco.mjtObj, i: int, kind: str) -> str:
@@ -140,7 +169,7 @@ def build_stage(model: mujoco.MjModel, cell: CellCfg, path: str | None = None) -
     layer.customLayerData = {"r2s2r": {"generator": GENERATOR, "units": "metres, kilograms, seconds", "upAxis": "Z"}}
     world = UsdGeom.Xform.Define(stage, "/World")
     stage.SetDefaultPrim(world.GetPrim())
-    for group in ("Static", "Bodies", "Joints", "Cameras", "Lights", "Looks"):
+    for group in ("Static", "Assets", "Cameras", "Lights", "Looks"):
         UsdGeom.Scope.Define(stage, f"/World/{group}")
 
     scene = UsdPhysics.Scene.Define(stage, "/World/PhysicsScene")
@@ -148,9 +177,16 @@ def build_stage(model: mujoco.MjModel, cell: CellCfg, path: str | None = None) -
     gn = float(np.linalg.norm(g))
     scene.CreateGravityDirectionAttr(Gf.Vec3f(*(g / gn if gn > 0 else (0.0, 0.0, -1.0))))
     scene.CreateGravityMagnitudeAttr(gn)
+    _mjc(scene.GetPrim(), "option:timestep", Sdf.ValueTypeNames.Float, float(model.opt.timestep))
 
     data = mujoco.MjData(model)
     mujoco.mj_kinematics(model, data)
+    for root in sorted({int(r) for r in model.body_rootid[1:]}):
+        # Identity transform, so the body prims beneath keep world poses.
+        UsdGeom.Xform.Define(stage, asset_prim_path(model, root))
+        if articulated(model, root):
+            UsdGeom.Scope.Define(stage, f"{asset_prim_path(model, root)}/Joints")
+            UsdPhysics.ArticulationRootAPI.Apply(stage.GetPrimAtPath(asset_prim_path(model, root)))
     for b in range(1, model.nbody):
         prim = UsdGeom.Xform.Define(stage, body_prim_path(model, b)).GetPrim()
         _set_local_pose(prim, data.xpos[b], data.xquat[b])
@@ -243,9 +279,14 @@ def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, parent: str, lo
         gprim = UsdGeom.Sphere.Define(stage, path)
         gprim.CreateRadiusAttr(float(size[0]))
     elif gtype == _G.mjGEOM_ELLIPSOID:
-        gprim = UsdGeom.Sphere.Define(stage, path)
-        gprim.CreateRadiusAttr(1.0)
-        scale = size
+        # No USD or PhysX ellipsoid, and a scaled sphere collider is refused (ColliderNonUniformScale): a mesh
+        # with its vertices on the ellipsoid, collided as its convex hull.
+        points, faces = ellipsoid_mesh(size)
+        gprim = UsdGeom.Mesh.Define(stage, path)
+        gprim.CreatePointsAttr(Vt.Vec3fArray.FromNumpy(points.astype(np.float32)))
+        gprim.CreateFaceVertexCountsAttr(Vt.IntArray([3] * len(faces)))
+        gprim.CreateFaceVertexIndicesAttr(Vt.IntArray.FromNumpy(faces.ravel().astype(np.int32)))
+        gprim.CreateSubdivisionSchemeAttr(UsdGeom.Tokens.none)
     elif gtype in (_G.mjGEOM_CYLINDER, _G.mjGEOM_CAPSULE):
         gprim = (UsdGeom.Cylinder if gtype == _G.mjGEOM_CYLINDER else UsdGeom.Capsule).Define(stage, path)
         gprim.CreateRadiusAttr(float(size[0]))
@@ -279,10 +320,40 @@ def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, parent: str, lo
     binding.Bind(looks.render(rgba))
     if model.geom_contype[gid] or model.geom_conaffinity[gid]:
         UsdPhysics.CollisionAPI.Apply(prim)
-        if gtype == _G.mjGEOM_MESH:
+        if gtype in (_G.mjGEOM_MESH, _G.mjGEOM_ELLIPSOID):
             UsdPhysics.MeshCollisionAPI.Apply(prim).CreateApproximationAttr(UsdPhysics.Tokens.convexHull)
         binding.Bind(looks.physics(model.geom_friction[gid][0]), UsdShade.Tokens.weakerThanDescendants,
                      "physics")
+
+
+ELLIPSOID_SEGMENTS = (32, 16)  # longitude, latitude: the hull's largest gap to the true surface is ~0.5% of a radius
+
+
+def ellipsoid_mesh(size, segments: tuple[int, int] = ELLIPSOID_SEGMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """A closed triangle mesh with every vertex on the ellipsoid of semi-axes `size` (x, y, z), outward faces."""
+    n_lon, n_lat = segments
+    lat = np.linspace(0.0, math.pi, n_lat + 1)[1:-1]
+    lon = np.linspace(0.0, 2.0 * math.pi, n_lon, endpoint=False)
+    ring = np.stack([np.outer(np.sin(lat), np.cos(lon)), np.outer(np.sin(lat), np.sin(lon)),
+                     np.outer(np.cos(lat), np.ones_like(lon))], axis=-1).reshape(-1, 3)
+    points = np.vstack([[0.0, 0.0, 1.0], ring, [0.0, 0.0, -1.0]]) * np.asarray(size, dtype=float)
+    bottom = len(points) - 1
+    faces = []
+    for i in range(n_lon):
+        k = (i + 1) % n_lon
+        faces.append((0, 1 + i, 1 + k))
+        for r in range(n_lat - 2):
+            a, b = 1 + r * n_lon + i, 1 + r * n_lon + k
+            c, d = a + n_lon, b + n_lon
+            faces += [(a, c, d), (a, d, b)]
+        last = 1 + (n_lat - 2) * n_lon
+        faces.append((bottom, last + k, last + i))
+    return points, np.asarray(faces, dtype=np.int64)
+
+
+def _mjc(prim: Usd.Prim, name: str, type_name: Sdf.ValueTypeName, value) -> None:
+    """A MuJoCo-only parameter as the `mjc:` attribute Newton's USD importer reads."""
+    prim.CreateAttribute(f"mjc:{name}", type_name, custom=True).Set(value)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -290,8 +361,9 @@ def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, parent: str, lo
 # --------------------------------------------------------------------------------------------------------------
 def _add_body_physics(stage: Usd.Stage, model: mujoco.MjModel) -> None:
     for b in range(1, model.nbody):
-        if model.body_weldid[b] == 0:
-            continue  # welded to the world: a static collider
+        root = int(model.body_rootid[b])
+        if model.body_weldid[b] == 0 and not articulated(model, root):
+            continue  # welded to the world outside any articulation (the bins): a static collider
         prim = stage.GetPrimAtPath(body_prim_path(model, b))
         UsdPhysics.RigidBodyAPI.Apply(prim)
         mass = UsdPhysics.MassAPI.Apply(prim)
@@ -302,20 +374,25 @@ def _add_body_physics(stage: Usd.Stage, model: mujoco.MjModel) -> None:
         if model.body_gravcomp[b] > 0:
             prim.AddAppliedSchema("PhysxRigidBodyAPI")
             prim.CreateAttribute("physxRigidBody:disableGravity", Sdf.ValueTypeNames.Bool, custom=False).Set(True)
+            _mjc(prim, "gravcomp", Sdf.ValueTypeNames.Float, float(model.body_gravcomp[b]))
         parent = int(model.body_parentid[b])
-        if model.body_jntnum[b] == 0 and parent != 0:
-            weld = UsdPhysics.FixedJoint.Define(stage, f"/World/Joints/{prim.GetName()}_weld")
+        joints = f"{asset_prim_path(model, b)}/Joints"
+        if b == root and model.body_weldid[b] == 0:
+            # The articulation's root link, fixed to the world: a fixed-base articulation.
+            fixed = UsdPhysics.FixedJoint.Define(stage, f"{joints}/{prim.GetName()}_fixed")
+            fixed.CreateBody1Rel().SetTargets([prim.GetPath()])
+            fixed.CreateLocalPos0Attr(Gf.Vec3f(*map(float, model.body_pos[b])))
+            fixed.CreateLocalRot0Attr(_quatf(model.body_quat[b]))
+            fixed.CreateLocalPos1Attr(Gf.Vec3f(0.0))
+            fixed.CreateLocalRot1Attr(Gf.Quatf(1.0))
+        elif model.body_jntnum[b] == 0 and parent != 0:
+            weld = UsdPhysics.FixedJoint.Define(stage, f"{joints}/{prim.GetName()}_weld")
             weld.CreateBody0Rel().SetTargets([body_prim_path(model, parent)])
             weld.CreateBody1Rel().SetTargets([prim.GetPath()])
             weld.CreateLocalPos0Attr(Gf.Vec3f(*map(float, model.body_pos[b])))
             weld.CreateLocalRot0Attr(_quatf(model.body_quat[b]))
             weld.CreateLocalPos1Attr(Gf.Vec3f(0.0))
             weld.CreateLocalRot1Attr(Gf.Quatf(1.0))
-    hinge_roots = {int(model.body_rootid[model.jnt_bodyid[j]]) for j in range(model.njnt)
-                   if model.jnt_type[j] == _J.mjJNT_HINGE}
-    for root in sorted(hinge_roots):
-        if model.body_weldid[root] == 0:
-            UsdPhysics.ArticulationRootAPI.Apply(stage.GetPrimAtPath(body_prim_path(model, root)))
 
 
 def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
@@ -330,7 +407,7 @@ def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
             raise NotImplementedError(f"joint {mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_JOINT, j)}: only "
                                       "single hinge or slide joints (and free joints) per body map to USD joints")
         parent = int(model.body_parentid[child])
-        path = f"/World/Joints/{_ident(model, mujoco.mjtObj.mjOBJ_JOINT, j, 'joint')}"
+        path = joint_prim_path(model, j)
         axis = np.asarray(model.jnt_axis[j], dtype=float)
         anchor = np.asarray(model.jnt_pos[j], dtype=float)
         ref = float(model.qpos0[model.jnt_qposadr[j]])
@@ -358,6 +435,10 @@ def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
         joint.CreateAxisAttr("XYZ"[k])
         angular = jtype == _J.mjJNT_HINGE
         unit = 180.0 / math.pi if angular else 1.0
+        dof = int(model.jnt_dofadr[j])
+        _mjc(joint.GetPrim(), "armature", Sdf.ValueTypeNames.Float, float(model.dof_armature[dof]))
+        _mjc(joint.GetPrim(), "damping", Sdf.ValueTypeNames.Float, float(model.dof_damping[dof]))
+        _mjc(joint.GetPrim(), "frictionloss", Sdf.ValueTypeNames.Float, float(model.dof_frictionloss[dof]))
         if model.jnt_limited[j]:
             lo, hi = model.jnt_range[j] * unit
             joint.CreateLowerLimitAttr(float(lo))
