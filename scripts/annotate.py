@@ -76,28 +76,47 @@ def plot_demo(path: Path, name: str, info: dict, ends: tuple[int, ...], dt: floa
     os.replace(tmp, path)
 
 
+INFO_KEYS = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")  # what the term signals come from
+
+
+def _corrections(attrs: dict, where: str) -> dict:
+    """A demo's stored corrections (attr `subtask_corrections`, JSON {subtask: step})."""
+    raw = attrs.get(CORRECTIONS_ATTR, "{}") or "{}"
+    try:
+        stored = json.loads(raw)
+    except (TypeError, ValueError):
+        stored = None
+    if not isinstance(stored, dict):
+        raise DatasetError(f"{where}: attr {CORRECTIONS_ATTR!r} = {raw!r}: expected a JSON object {{subtask: step}}")
+    return stored
+
+
 def rewrite(dataset: Path, corrections: dict[str, dict[str, int]]) -> None:
     """Store term signals for every demo (applying `corrections`) on a copy, then replace the dataset."""
+    fields = tuple(f"obs/datagen_info/{k}" for k in INFO_KEYS)
+    signals, stored = {}, {}
+    with DemoReader(dataset, min_demos=1, fields=fields, finite=fields,
+                    purpose="the subtask term signals are computed from them") as reader:
+        for name in corrections:
+            if name not in reader.names:
+                raise AnnotationError(f"{dataset}: --set names {name!r}, which is not a demo of it")
+        for name in reader.names:
+            where = f"{dataset}: {name}"
+            stored[name] = {**_corrections(reader.attrs(name), where), **corrections.get(name, {})}
+            info = reader.load(name)["obs"]["datagen_info"]
+            signals[name] = annotate({k: info[k] for k in INFO_KEYS}, stored[name], where).term_signals()
     tmp = dataset.with_name(dataset.name + ".annotating")
     shutil.copyfile(dataset, tmp)
     try:
         with h5py.File(tmp, "a") as f:
             data = f["data"]
-            for name in corrections:
-                if name not in data:
-                    raise AnnotationError(f"{dataset}: --set names {name!r}, which is not a demo of it")
-            for name in data:
+            for name, terms in signals.items():
                 group = data[name]
-                stored = json.loads(group.attrs.get(CORRECTIONS_ATTR, "{}") or "{}")
-                stored.update(corrections.get(name, {}))
-                info = {k: group[f"obs/datagen_info/{k}"][()] for k in
-                        ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")}
-                signals = annotate(info, stored, f"{dataset}: {name}").term_signals()
                 if "obs/datagen_info/subtask_term_signals" in group:
                     del group["obs/datagen_info/subtask_term_signals"]
-                for key, value in signals.items():
+                for key, value in terms.items():
                     group.create_dataset(f"obs/datagen_info/subtask_term_signals/{key}", data=value)
-                group.attrs[CORRECTIONS_ATTR] = json.dumps(stored)
+                group.attrs[CORRECTIONS_ATTR] = json.dumps(stored[name])
         os.replace(tmp, dataset)
     finally:
         tmp.unlink(missing_ok=True)
@@ -117,7 +136,7 @@ def main(argv=None) -> int:
         corrections = parse_corrections(args.corrections)
         if corrections or args.write:
             rewrite(dataset, corrections)
-        with DemoReader(dataset) as reader:
+        with DemoReader(dataset, min_demos=1) as reader:
             dt = 1.0 / float(reader.env_args.get("control_hz", 20.0))
             print(f"{'demo':<10} {'steps':>6} " + " ".join(f"{s + ' ends':>14}" for s in TERM_SIGNALS) + "  source")
             for name in reader.names:
@@ -125,7 +144,7 @@ def main(argv=None) -> int:
                 info = reader.load(name, datagen_quat="xyzw").get("obs", {}).get("datagen_info", {})
                 ann = demo_annotation(info, attrs, f"{dataset}: {name}")
                 stored = "stored" if "subtask_term_signals" in info else "computed"
-                fixed = json.loads(attrs.get(CORRECTIONS_ATTR, "{}") or "{}")
+                fixed = _corrections(attrs, f"{dataset}: {name}")
                 note = f"{stored}, corrected {sorted(fixed)}" if fixed else stored
                 print(f"{name:<10} {ann.length:>6} " + " ".join(f"{e:>8} {e * dt:4.1f}s" for e in ann.ends)
                       + f"  {note}")

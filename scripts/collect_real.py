@@ -20,7 +20,8 @@ What each kept demo holds (layout of r2s2r.data.hdf5, which Isaac Lab's HDF5Data
 Resuming: the dataset is written to OUTPUT.partial (flushed after each demo) and renamed to OUTPUT when the run
 ends. After an interruption (Ctrl-C, a kill, a crash), rerun the same command: the demos already written are
 kept and collection continues with the seeds after the last one attempted. A finished OUTPUT with enough demos
-is left as it is; asking for more demos extends it.
+is left as it is; asking for more demos extends it. A run that ends with fewer demos than asked (--max-attempts
+reached) publishes nothing: its demos stay in OUTPUT.partial, and a rerun with a larger --max-attempts goes on.
 
 --import copies demos recorded elsewhere in the same layout into OUTPUT (after checking every one of them: actions
 (T, 27) and finite, every array one row per action, the same fields and shapes as OUTPUT's demos) instead of
@@ -44,7 +45,7 @@ from tqdm import tqdm  # noqa: E402
 from r2s2r import cli  # noqa: E402
 from r2s2r.behavior.annotate import AnnotationError  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
-from r2s2r.data import DatasetError, DemoReader, DemoWriter, validate_demo  # noqa: E402
+from r2s2r.data import DatasetError, DemoReader, DemoWriter  # noqa: E402
 from r2s2r.data.episode import EpisodeRecorder  # noqa: E402
 
 ENV_NAME = "R2S2R-PickSort-Real-v0"
@@ -116,7 +117,7 @@ def collect(args: argparse.Namespace) -> int:
     output = Path(args.output)
     partial = output.with_name(output.name + ".partial")
     if output.exists() and not partial.exists():
-        with DemoReader(output) as reader:
+        with DemoReader(output, tasks=(ENV_NAME,)) as reader:
             if len(reader) >= args.num_demos:
                 print(f"{output} already holds {len(reader)} demos (asked for {args.num_demos}); nothing to do")
                 return 0
@@ -126,7 +127,7 @@ def collect(args: argparse.Namespace) -> int:
     env_args = _env_args(args, reality)
     env_args["control_hz"] = float(cell.control_hz)
     writer = DemoWriter(output, ENV_NAME, env_args)
-    with writer:
+    try:
         kept = writer.num_demos
         seed0 = writer.get_attr("collect_seed0")
         if seed0 is None:
@@ -158,14 +159,21 @@ def collect(args: argparse.Namespace) -> int:
         bar.close()
         elapsed = time.monotonic() - started
         total = writer.num_demos
+    except BaseException:
+        writer.close(publish=False)  # what was written stays in OUTPUT.partial for a rerun to resume
+        raise
+    # Published only when complete: a short run leaves its demos in OUTPUT.partial, where a rerun continues.
+    writer.close(publish=total >= args.num_demos)
     cell.close()
     new = total - kept
     per_demo = f", {elapsed / new:.1f} s per kept demo" if new else ""
-    print(f"wrote {output}: {total} demos ({new} new from {new_attempts} attempts in {elapsed:.0f} s{per_demo})")
     if total < args.num_demos:
         print(f"error: only {total} of {args.num_demos} demos after {attempts} attempts (--max-attempts "
-              f"{args.max_attempts}); rerun with a larger --max-attempts to go on", file=sys.stderr)
+              f"{args.max_attempts}, {new} new from {new_attempts} attempts in {elapsed:.0f} s); {output} was not "
+              f"written. The demos so far are kept in {partial}: rerun with a larger --max-attempts to go on",
+              file=sys.stderr)
         return 1
+    print(f"wrote {output}: {total} demos ({new} new from {new_attempts} attempts in {elapsed:.0f} s{per_demo})")
     return 0
 
 
@@ -183,7 +191,7 @@ def import_demos(sources: list[str | os.PathLike], output: str | os.PathLike) ->
     added = 0
     for source in sources:
         source = Path(source)
-        with DemoReader(source) as reader:
+        with DemoReader(source, min_demos=1, purpose="--import copies demos") as reader:
             if existing is not None:
                 with DemoReader(existing) as out:
                     env_args = out.env_args
@@ -192,8 +200,8 @@ def import_demos(sources: list[str | os.PathLike], output: str | os.PathLike) ->
             if reader.env_name != env_args.get("env_name"):
                 raise DatasetError(f"{source}: recorded on task {reader.env_name!r}, but {output} holds "
                                    f"{env_args.get('env_name')!r} demos")
-            for name in reader.names:  # the demos' own checks first, before any output file is touched
-                validate_demo(reader.load(name, datagen_quat="xyzw"), f"{source}: {name}")
+            for name in reader.names:  # every demo read and checked first, before any output file is touched
+                reader.load(name, datagen_quat="xyzw")
             extra = {k: v for k, v in env_args.items() if k not in ("env_name", "type")}
             with DemoWriter(output, env_args["env_name"], extra) as writer:
                 have = {a.get("imported_from") for a in writer.demo_attrs()}

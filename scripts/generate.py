@@ -101,8 +101,9 @@ def main(argv=None) -> int:
     print(json.dumps(summary.as_dict()))
     if summary.trajectories < args.num_trajectories:
         print(f"error: only {summary.trajectories} of {args.num_trajectories} trajectories within "
-              f"{cfg.datagen.attempt_limit} attempts (datagen.max_attempts); rerun with a larger limit to go on",
-              file=sys.stderr)
+              f"{cfg.datagen.attempt_limit} attempts (datagen.max_attempts); {args.output} was not written. The "
+              f"finished chunks are kept in {args.output}.shards/: rerun with a larger datagen.max_attempts to "
+              f"resume from them", file=sys.stderr)
         return 1
     return 0
 

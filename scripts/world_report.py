@@ -24,6 +24,7 @@ import numpy as np  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 from r2s2r.files import atomic_path, write_text_atomic  # noqa: E402
 
 
@@ -47,15 +48,14 @@ def parse_args(argv=None) -> argparse.Namespace:
 def action_sequences(args, twin_env) -> list[tuple[int, str, np.ndarray]]:
     """(seed, condition, actions) to replay: from recorded demos, or scripted episodes run on the twin."""
     if args.demos:
-        import h5py
+        from r2s2r.data.hdf5 import DemoReader
 
         out = []
-        with h5py.File(args.demos, "r") as f:
-            for name in sorted(f["data"], key=lambda n: int(n.split("_")[-1]))[:args.episodes]:
-                demo = f["data"][name]
-                out.append((int(demo.attrs["seed"]), str(demo.attrs.get("condition", "nominal")), demo["actions"][()]))
-        if not out:
-            raise ConfigError(f"demos = {args.demos!r}: the file holds no demos under data/")
+        with DemoReader(args.demos, min_demos=1, attrs=("seed",),
+                        purpose="--demos: each demo's actions are replayed from its seed") as reader:
+            for name in reader.names[:args.episodes]:
+                attrs = reader.attrs(name)
+                out.append((int(attrs["seed"]), str(attrs.get("condition", "nominal")), reader.load(name)["actions"]))
         return out
     from r2s2r.control.scripted import ScriptedPickPlace
 
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
         twin = make_twin_env(args.reality_file, cameras=())
         envs = {name: PickSortEnv(world=str(w.path), cameras=()) for name, w in worlds.items()}
         sequences = action_sequences(args, twin)
-    except (ConfigError, OSError, KeyError) as e:
+    except (ConfigError, DatasetError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

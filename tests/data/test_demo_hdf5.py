@@ -256,5 +256,5 @@ def test_reader_errors_name_the_file_and_field(tmp_path):
     write(path, [0])
     with h5py.File(path, "a") as f:
         del f["data/demo_0/actions"]
-    with pytest.raises(DatasetError, match=r"demos.hdf5: field 'data/demo_0/actions' is missing"):
+    with pytest.raises(DatasetError, match=r"demos.hdf5: demo_0: field 'actions' is missing"):
         list(read_demos(path))

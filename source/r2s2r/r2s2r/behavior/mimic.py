@@ -121,6 +121,11 @@ class SourceDemo:
         return len(self.actions)
 
 
+# The tracking signals of a source demo that the generator uses (obs/datagen_info/<key>).
+SOURCE_FIELDS = ("eef_pose", "object_pose", "object_vel", "belt_speed", "object_half_extents", "target_bin_pos")
+SOURCE_SHAPES = {"eef_pose": (7,), "object_pose": (7,), "object_half_extents": (3,), "target_bin_pos": (3,)}
+
+
 def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) -> list[SourceDemo]:
     """Read and annotate the source demos of `path`; `shapes` maps object names to shapes (default: the cell's)."""
     if shapes is None:
@@ -129,22 +134,18 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
         cell = CellCfg()
         shapes = {o.name: o.shape for o in cell.objects + cell.novel_objects}
     out = []
-    with DemoReader(path) as reader:
-        if len(reader) == 0:
-            raise DatasetError(f"{path}: holds no demos; the grounded generator needs real demos to transform")
+    fields = tuple(f"obs/datagen_info/{k}" for k in SOURCE_FIELDS)
+    widths = {f"obs/datagen_info/{k}": w for k, w in SOURCE_SHAPES.items()}
+    with DemoReader(path, min_demos=1, fields=fields, shapes=widths, finite=fields, attrs=("object",),
+                    purpose="the grounded generator transforms real demos with their tracking signals (record them "
+                    "with scripts/collect_real.py)") as reader:
         for name in reader.names:
             where = f"{path}: {name}"
             attrs = reader.attrs(name)
             data = reader.load(name, datagen_quat="xyzw")
-            info = data.get("obs", {}).get("datagen_info")
-            if info is None:
-                raise DatasetError(f"{where}: obs/datagen_info is missing; record demos with scripts/collect_real.py "
-                                   f"or add the tracking signals")
-            for key in ("eef_pose", "object_pose", "object_vel", "belt_speed", "object_half_extents", "target_bin_pos"):
-                if key not in info:
-                    raise DatasetError(f"{where}: obs/datagen_info/{key} is missing")
-            if attrs.get("object") not in shapes:
-                raise DatasetError(f"{where}: attr object = {attrs.get('object')!r}: expected one of {sorted(shapes)}")
+            info = data["obs"]["datagen_info"]
+            if attrs["object"] not in shapes:
+                raise DatasetError(f"{where}: attr 'object' = {attrs['object']!r}: expected one of {sorted(shapes)}")
             ann = demo_annotation(info, attrs, where)
             pose = pose_xyzw_to_wxyz(info["object_pose"])
             out.append(SourceDemo(

@@ -36,10 +36,163 @@ def _replace_item(items: tuple, name: str, **changes) -> tuple:
     return tuple(dataclasses.replace(x, **changes) if x.name == name else x for x in items)
 
 
-def ground(session_path: Path, start: World, progress: Callable[[str], None] | None = None) -> tuple[CellCfg, dict]:
-    """Estimate every calibrated parameter from the session file. Returns the grounded cell and the residuals."""
+SESSION_GROUPS = ("cameras", "survey", "kinematics", "actuators", "belt", "masses", "appearance")
+SURVEY_PARTS = ("robot_base", "conveyor")
+ARM_DOF = 7
+
+
+class _Session:
+    """Reads and checks one session file: every dataset and attr `ground` uses, before any computation. Errors
+    name the file, the dataset or attr path, the value found and what was expected."""
+
+    def __init__(self, path: Path, f):
+        self.path, self.f = path, f
+
+    def fail(self, what: str, found: str, expected: str):
+        raise CalibrationError(f"{self.path}: {what} {found}: expected {expected}")
+
+    def group(self, name: str):
+        if name not in self.f:
+            raise CalibrationError(f"{self.path}: missing group {name!r}; record it with scripts/record_calibration.py")
+        item = self.f[name]
+        if not hasattr(item, "keys"):
+            self.fail(f"{name!r}", "is a dataset", "a group")
+        return item
+
+    def attr(self, obj: str, key: str):
+        attrs = self.f[obj].attrs if obj else self.f.attrs
+        where = f"attr '{obj}/{key}'" if obj else f"attr {key!r}"
+        if key not in attrs:
+            raise CalibrationError(f"{self.path}: {where} is missing; record the session with "
+                                   f"scripts/record_calibration.py")
+        value = attrs[key]
+        return value.decode() if isinstance(value, bytes) else value
+
+    def array(self, name: str, shape: tuple, kind: str = "float", min_rows: int = 1, finite: bool = True):
+        """Dataset `name` with `shape` (None or a letter: any length; the first axis holds N >= `min_rows`)."""
+        if name not in self.f:
+            raise CalibrationError(f"{self.path}: dataset {name!r} is missing; record the session with "
+                                   f"scripts/record_calibration.py")
+        ds = self.f[name]
+        if not hasattr(ds, "dtype"):
+            self.fail(f"{name!r}", "is a group", "a dataset")
+        shown = "(" + ", ".join("N" if n is None else str(n) for n in shape) + (",)" if len(shape) == 1 else ")")
+        shape = tuple(None if isinstance(n, str) else n for n in shape)
+        ok_kind = ds.dtype == np.uint8 if kind == "uint8" else ds.dtype.kind in "iuf"
+        ok_shape = len(ds.shape) == len(shape) and all(n is None or n == m for n, m in zip(shape, ds.shape))
+        rows = ds.shape[0] if ds.shape else 0
+        if not ok_kind or not ok_shape or rows < min_rows:
+            self.fail(f"dataset {name!r}", f"has shape {ds.shape} ({ds.dtype})",
+                      f"{shown} {'uint8 images' if kind == 'uint8' else 'numbers'}, N >= {min_rows}")
+        value = ds[()]
+        if finite and kind != "uint8" and not np.isfinite(value).all():
+            self.fail(f"dataset {name!r}", "holds NaN or infinite values", "finite numbers")
+        return value
+
+    def number(self, obj: str, key: str, integer: bool = False, low: float = -np.inf, high: float = np.inf):
+        value = self.attr(obj, key)
+        where = f"attr '{obj}/{key}'" if obj else f"attr {key!r}"
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+        ok = ok and np.isfinite(value) and (not integer or float(value).is_integer()) and low <= value <= high
+        if not ok:
+            self.fail(where, f"= {value!r}", f"{'an integer' if integer else 'a finite number'} in [{low}, {high}]")
+        return int(value) if integer else float(value)
+
+
+def read_session(session_path: Path, cell: CellCfg) -> dict:
+    """Every dataset and attr of a session file that `ground` uses, checked (shapes, dtypes, finite values, board
+    attrs) and read into memory. Raises `CalibrationError` naming the file, the path in it, the value and what was
+    expected; a file HDF5 cannot read (truncated, corrupt) is named with what HDF5 reported."""
     import h5py
 
+    try:
+        f = h5py.File(session_path, "r")
+    except Exception as e:
+        raise CalibrationError(f"{session_path}: cannot open the session file ({' '.join(str(e).split())}); "
+                               f"expected an intact HDF5 file recorded by scripts/record_calibration.py") from None
+    with f:
+        s = _Session(session_path, f)
+        try:
+            return _read_session(s, cell)
+        except CalibrationError:
+            raise
+        except Exception as e:  # h5py reports corrupt bytes as OSError, KeyError, RuntimeError, ...
+            raise CalibrationError(f"{session_path}: cannot read the session file ({' '.join(str(e).split())}); "
+                                   f"expected an intact HDF5 file (truncated or corrupt?)") from None
+
+
+def _read_session(s: _Session, cell: CellCfg) -> dict:
+    from r2s2r.calibration.belt import MIN_SAMPLES
+
+    for group in SESSION_GROUPS:
+        s.group(group)
+    squares = s.attr("", "board_squares")
+    values = np.asarray(squares).ravel()
+    if (np.asarray(squares).shape != (2,) or values.dtype.kind not in "iuf" or not np.isfinite(values).all()
+            or not all(float(v).is_integer() and 3 <= v <= 100 for v in values)):
+        s.fail("attr 'board_squares'", f"= {squares!r}", "two integers (columns, rows of squares), each 3 to 100")
+    board = BoardCfg(tuple(int(n) for n in values), s.number("", "board_square_size", low=1e-4, high=1.0))
+    out: dict = {"board": board, "cameras": {}}
+    for cam in cell.cameras:
+        base = f"cameras/{cam.name}"
+        if cam.name not in s.f["cameras"]:
+            raise CalibrationError(f"{s.path}: no images of camera {cam.name!r} ({base})")
+        views = s.array(f"{base}/views", (None, "S", "S", 3), "uint8", min_rows=1)
+        size = views.shape[1]
+        if views.shape[2] != size:
+            s.fail(f"dataset '{base}/views'", f"has shape {views.shape}", "square images (N, S, S, 3)")
+        entry = {"views": views, "seed": s.number(base, "seed", integer=True, low=0, high=2**32 - 1)}
+        if "fixture" in s.f[base]:
+            entry["fixture"] = s.array(f"{base}/fixture", (size, size, 3), "uint8")
+        else:
+            seeds = np.asarray(s.attr(base, "exposure_seeds"))
+            if (seeds.ndim != 1 or len(seeds) == 0 or seeds.dtype.kind not in "iu"
+                    or (seeds < 0).any()):
+                s.fail(f"attr '{base}/exposure_seeds'", f"= {seeds.tolist()!r}", "a list of integer seeds >= 0")
+            entry["exposure_seeds"] = [int(x) for x in seeds]
+            entry["exposure_views"] = s.array(f"{base}/exposure_views", (len(seeds), size, size, 3), "uint8")
+        out["cameras"][cam.name] = entry
+    out["survey"] = {part: s.array(f"survey/{part}", (None, 3), min_rows=3) for part in SURVEY_PARTS}
+    q = s.array("kinematics/q", (None, ARM_DOF), min_rows=5)
+    out["kinematics"] = (q, s.array("kinematics/flange", (len(q), 3), min_rows=5))
+    targets = s.array("actuators/targets", (None, ARM_DOF), min_rows=2)
+    out["actuators"] = (targets, s.array("actuators/log", (len(targets), ARM_DOF), min_rows=2))
+    out["belt"] = []
+    if not len(s.f["belt"]):
+        s.fail("group 'belt'", "holds no runs", "at least one run (belt/run_<k>)")
+    for name in s.f["belt"]:
+        base = f"belt/{name}"
+        times = s.array(f"{base}/times", (None,), min_rows=MIN_SAMPLES)
+        positions = s.array(f"{base}/positions", (len(times), 3), min_rows=MIN_SAMPLES)
+        out["belt"].append((s.number(base, "commanded_speed", low=1e-6, high=10.0), times, positions))
+    out["masses"] = {}
+    for name in s.f["masses"]:
+        readings = s.array(f"masses/{name}", (None,), min_rows=1)
+        if (readings <= 0).any():
+            s.fail(f"dataset 'masses/{name}'", f"holds {readings.tolist()!r}", "positive scale readings (kg)")
+        out["masses"][name] = readings
+    out["appearance"] = {}
+    for cam_name in s.f["appearance"]:
+        base = f"appearance/{cam_name}"
+        images = s.array(f"{base}/images", (None, "H", "W", 3), "uint8")
+        raw = s.attr(base, "tracking")
+        try:
+            tracking = json.loads(raw)
+        except (TypeError, ValueError):
+            tracking = None
+        if not isinstance(tracking, list) or len(tracking) != len(images) or not all(
+                isinstance(t, dict) for t in tracking):
+            s.fail(f"attr '{base}/tracking'", f"= {str(raw)[:60]!r}",
+                   f"a JSON list of {len(images)} objects, one tracker reading per image")
+        out["appearance"][cam_name] = list(zip(images, tracking))
+    return out
+
+
+def ground(session_path: Path, start: World, progress: Callable[[str], None] | None = None) -> tuple[CellCfg, dict]:
+    """Estimate every calibrated parameter from the session file. Returns the grounded cell and the residuals.
+
+    The session is read and checked whole first (`read_session`); an estimator that fails names the file and the
+    part of the session it worked on."""
     from r2s2r.calibration import actuators, appearance, belt, camera, kinematics, registration
     from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
     from r2s2r.real.twin import TwinRig
@@ -47,91 +200,107 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     step = progress or (lambda what: None)
     cell = start.cell
     residuals: dict = {}
-    try:
-        f = h5py.File(session_path, "r")
-    except OSError as e:
-        raise CalibrationError(f"{session_path}: cannot open the session file ({e})") from None
-    with f:
-        for group in ("cameras", "survey", "kinematics", "actuators", "belt", "masses", "appearance"):
-            if group not in f:
-                raise CalibrationError(f"{session_path}: missing group {group!r}; record it with "
-                                       "scripts/record_calibration.py")
-        board = BoardCfg(tuple(int(n) for n in f.attrs["board_squares"]), float(f.attrs["board_square_size"]))
+    session = read_session(session_path, cell)
+    board = session["board"]
 
-        # -- cameras ---------------------------------------------------------------------------------------
-        reference_rig = TwinRig(start.path)
-        cameras = []
-        for cam in cell.cameras:
-            step(f"camera {cam.name}")
-            if cam.name not in f["cameras"]:
-                raise CalibrationError(f"{session_path}: no images of camera {cam.name!r} (cameras/{cam.name})")
-            views = f[f"cameras/{cam.name}/views"][()]
-            size = views.shape[1]
-            intr = camera.calibrate_intrinsics(list(views), board, cam.lens.model)
+    def stage(what: str):
+        return _Stage(session_path, what)
+
+    # -- cameras ---------------------------------------------------------------------------------------------
+    reference_rig = TwinRig(start.path)
+    cameras = []
+    for cam in cell.cameras:
+        step(f"camera {cam.name}")
+        data = session["cameras"][cam.name]
+        views = data["views"]
+        size = views.shape[1]
+        with stage(f"cameras/{cam.name}/views"):
+            intr = camera.calibrate_intrinsics(list(views), board, cam.lens.model, camera=cam.name)
             # Same seed as the session: the operator's board poses relative to the camera are alike.
-            reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size,
-                                                  seed=int(f[f"cameras/{cam.name}"].attrs["seed"]))
-            blur = camera.estimate_blur(list(views), board, reference)
-            pose = cam.pose
-            if "fixture" in f[f"cameras/{cam.name}"]:
-                fixture = f[f"cameras/{cam.name}/fixture"][()]
+            reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size, seed=data["seed"])
+            blur = camera.estimate_blur(list(views), board, reference, camera=cam.name)
+        pose = cam.pose
+        if "fixture" in data:
+            with stage(f"cameras/{cam.name}/fixture"):
                 reference_fixture = reference_rig.board_on_fixture(cam.name, size, size)
-                exposure = camera.estimate_exposure(fixture, reference_fixture, board)
-                pos, rpy = camera.estimate_extrinsics(fixture, board, intr, BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY)
-                pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
-            else:
-                group = f[f"cameras/{cam.name}"]
-                seeds = [int(x) for x in group.attrs["exposure_seeds"]]
-                reference_views = [reference_rig.board_views(cam.name, 1, size, size, s)[0] for s in seeds]
-                exposure = _median_exposure(camera, group["exposure_views"][()], reference_views, board, cam.name)
-            lens = dataclasses.replace(cam.lens, fx=intr.fx, fy=intr.fy, cx=intr.cx, cy=intr.cy,
-                                       distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
-            cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))
-            residuals[f"camera.{cam.name}"] = {"reprojection_rms_px": intr.rms_px, "views_used": intr.views_used,
-                                               "views_rejected": intr.views_rejected}
-        cell = cell.replace(cameras=tuple(cameras))
+                exposure = camera.estimate_exposure(data["fixture"], reference_fixture, board, camera=cam.name)
+                pos, rpy = camera.estimate_extrinsics(data["fixture"], board, intr, BOARD_FIXTURE_POS,
+                                                      BOARD_FIXTURE_RPY, camera=cam.name)
+            pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
+        else:
+            with stage(f"cameras/{cam.name}/exposure_views"):
+                reference_views = [reference_rig.board_views(cam.name, 1, size, size, s)[0]
+                                   for s in data["exposure_seeds"]]
+                exposure = _median_exposure(camera, data["exposure_views"], reference_views, board, cam.name)
+        lens = dataclasses.replace(cam.lens, fx=intr.fx, fy=intr.fy, cx=intr.cx, cy=intr.cy,
+                                   distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
+        cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))
+        residuals[f"camera.{cam.name}"] = {"reprojection_rms_px": intr.rms_px, "views_used": intr.views_used,
+                                           "views_rejected": intr.views_rejected}
+    cell = cell.replace(cameras=tuple(cameras))
 
-        # -- registration ----------------------------------------------------------------------------------
-        step("registration")
-        base_pos, base_rpy, base_rms = registration.register_base(f["survey/robot_base"][()])
-        arm = cell.arm("right")
-        cell = _replace_arm(cell, base=dataclasses.replace(arm.base, pos=tuple(map(float, base_pos)),
-                                                           rpy=tuple(map(float, base_rpy))))
-        center, yaw, belt_rms = registration.register_conveyor(f["survey/conveyor"][()], cell.belt)
-        cell = cell.replace(belt=dataclasses.replace(cell.belt, center=tuple(map(float, center)), yaw=float(yaw)))
-        residuals["registration"] = {"robot_base_rms_m": base_rms, "conveyor_rms_m": belt_rms}
+    # -- registration ------------------------------------------------------------------------------------------
+    step("registration")
+    with stage("survey/robot_base"):
+        base_pos, base_rpy, base_rms = registration.register_base(session["survey"]["robot_base"])
+    arm = cell.arm("right")
+    cell = _replace_arm(cell, base=dataclasses.replace(arm.base, pos=tuple(map(float, base_pos)),
+                                                       rpy=tuple(map(float, base_rpy))))
+    with stage("survey/conveyor"):
+        center, yaw, belt_rms = registration.register_conveyor(session["survey"]["conveyor"], cell.belt)
+    cell = cell.replace(belt=dataclasses.replace(cell.belt, center=tuple(map(float, center)), yaw=float(yaw)))
+    residuals["registration"] = {"robot_base_rms_m": base_rms, "conveyor_rms_m": belt_rms}
 
-        # -- kinematics, then actuators on the registered and kinematically calibrated arm ---------------------
-        step("kinematics")
-        offsets, kin_rms = kinematics.fit_link_offsets(cell, f["kinematics/q"][()], f["kinematics/flange"][()])
-        cell = _replace_arm(cell, link_length_offsets=tuple(map(float, offsets)))
-        residuals["kinematics"] = {"flange_rms_m": kin_rms}
-        step("actuators")
-        est = actuators.identify_actuators(cell, f["actuators/targets"][()], f["actuators/log"][()])
-        cell = _replace_arm(cell, kp=tuple(est.kp), joint_damping=tuple(est.joint_damping),
-                            joint_frictionloss=tuple(est.joint_frictionloss), latency_steps=int(est.latency_steps))
-        residuals["actuators"] = {"response_rms_rad": est.rms}
+    # -- kinematics, then actuators on the registered and kinematically calibrated arm -------------------------
+    step("kinematics")
+    with stage("kinematics"):
+        offsets, kin_rms = kinematics.fit_link_offsets(cell, *session["kinematics"])
+    cell = _replace_arm(cell, link_length_offsets=tuple(map(float, offsets)))
+    residuals["kinematics"] = {"flange_rms_m": kin_rms}
+    step("actuators")
+    with stage("actuators"):
+        est = actuators.identify_actuators(cell, *session["actuators"])
+    cell = _replace_arm(cell, kp=tuple(est.kp), joint_damping=tuple(est.joint_damping),
+                        joint_frictionloss=tuple(est.joint_frictionloss), latency_steps=int(est.latency_steps))
+    residuals["actuators"] = {"response_rms_rad": est.rms}
 
-        # -- belt and masses -------------------------------------------------------------------------------
-        step("belt and masses")
-        runs = [(float(g.attrs["commanded_speed"]), g["times"][()], g["positions"][()]) for g in f["belt"].values()]
-        scale, jitter = belt.belt_speed_scale(runs)
-        cell = cell.replace(belt=dataclasses.replace(cell.belt, speed_scale=float(scale), speed_jitter=float(jitter)))
-        masses = belt.object_masses({name: ds[()] for name, ds in f["masses"].items()})
-        objects, novel = cell.objects, cell.novel_objects
-        for name, mass in masses.items():
-            objects = _replace_item(objects, name, mass=float(mass))
-            novel = _replace_item(novel, name, mass=float(mass))
-        cell = cell.replace(objects=objects, novel_objects=novel)
-        residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter}
+    # -- belt and masses ---------------------------------------------------------------------------------------
+    step("belt and masses")
+    with stage("belt"):
+        scale, jitter = belt.belt_speed_scale(session["belt"])
+    cell = cell.replace(belt=dataclasses.replace(cell.belt, speed_scale=float(scale), speed_jitter=float(jitter)))
+    with stage("masses"):
+        masses = belt.object_masses(session["masses"])
+    objects, novel = cell.objects, cell.novel_objects
+    for name, mass in masses.items():
+        objects = _replace_item(objects, name, mass=float(mass))
+        novel = _replace_item(novel, name, mass=float(mass))
+    cell = cell.replace(objects=objects, novel_objects=novel)
+    residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter}
 
-        # -- appearance, last: it renders through the calibrated camera ------------------------------------
-        step("object colours and lighting")
-        for cam_name, group in f["appearance"].items():
-            scenes = list(zip(group["images"][()], json.loads(group.attrs["tracking"])))
+    # -- appearance, last: it renders through the calibrated camera --------------------------------------------
+    step("object colours and lighting")
+    for cam_name, scenes in session["appearance"].items():
+        with stage(f"appearance/{cam_name}"):
             cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
             cell = cell.replace(lighting=appearance.estimate_lighting(scenes, cell, cam_name))
     return cell.validate(), residuals
+
+
+class _Stage:
+    """Prefixes an estimator's `CalibrationError` with the session file and the part of it the estimator used."""
+
+    def __init__(self, path: Path, what: str):
+        self.path, self.what = path, what
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and issubclass(exc_type, CalibrationError) and not str(exc).startswith(
+                str(self.path)):
+            raise CalibrationError(f"{self.path}: {self.what}: {exc}") from None
+        return False
 
 
 def _median_exposure(camera, views, reference, board: BoardCfg, name: str) -> float:

@@ -32,7 +32,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -82,10 +82,10 @@ def _leaves(tree: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield path, value
 
 
-def validate_demo(demo: Mapping, where: str = "demo") -> int:
+def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_DIM) -> int:
     """Check one demo's arrays and return its length T.
 
-    `actions` must be a finite (T, 27) array; every other array must have T rows except `initial_state`
+    `actions` must be a finite (T, `action_dim`) array (27, the tasks' action size, by default); every other array must have T rows except `initial_state`
     (a single state); `states`, when present, must be finite; camera-like arrays (T, H, W, 3) must be uint8.
     Raises `DatasetError` naming `where` and the field.
     """
@@ -94,8 +94,8 @@ def validate_demo(demo: Mapping, where: str = "demo") -> int:
     if "actions" not in demo:
         raise DatasetError(f"{where}: field 'actions' is missing")
     actions = np.asarray(demo["actions"])
-    if actions.ndim != 2 or actions.shape[1] != ACTION_DIM or actions.shape[0] == 0:
-        raise DatasetError(f"{where}: field 'actions' has shape {actions.shape}: expected (T, {ACTION_DIM}) "
+    if actions.ndim != 2 or actions.shape[1] != action_dim or actions.shape[0] == 0:
+        raise DatasetError(f"{where}: field 'actions' has shape {actions.shape}: expected (T, {action_dim}) "
                            f"with T >= 1")
     if not np.issubdtype(actions.dtype, np.number) or np.issubdtype(actions.dtype, np.complexfloating):
         raise DatasetError(f"{where}: field 'actions' has dtype {actions.dtype}: expected real numbers")
@@ -411,41 +411,217 @@ class Demo(NamedTuple):
 
 
 class DemoReader:
-    """Reads a dataset in the layout above (ours, or Isaac Lab's / robomimic's).
+    """Reads a dataset in the layout above (ours, or Isaac Lab's / robomimic's), validating it first.
 
-    Raises `FileNotFoundError` for a missing file and `DatasetError` for a file that is not HDF5, lacks the
-    `data` group or its `env_args`, or holds a demo without `actions`; messages name the file and the field.
-    Groups a crash left incomplete in a DemoWriter `.partial` file are skipped.
+    This is the one validator of demo datasets: every tool that reads one opens it here, and states its own needs
+    through the arguments. Opening the file checks, before any demo is used:
+
+    - the file opens as HDF5 (a truncated or corrupt file is a `DatasetError` naming it and what HDF5 reported);
+    - `data` is a group whose `env_args` attr is a JSON object with a known task ID (`env_name`, one of `tasks`,
+      default every registered task); the run-level `total`, when present, is the sum of the demos' lengths;
+    - every member of `data` is a demo group with `actions` of shape (T, `action_dim`), T >= 1, finite real
+      numbers; every other array has T rows (`initial_state`: one state) and a numeric dtype; arrays shaped as
+      images (T, H, W, 3) are uint8; a field has the same dtype kind and per-step shape in every demo (one image
+      size per camera);
+    - the demo attrs `num_samples` (when present) equals T and `success` (when present) is true: a dataset holds
+      finished, successful demos; `seed` (when present) is an integer >= 0, `condition` and `object` strings;
+    - what the caller needs: at least `min_demos` demos, the arrays `fields` in every demo, camera images
+      `cameras` (obs/<name>, (T, H, W, 3) uint8), per-step shapes `shapes` ({field: shape after the time axis}),
+      the demo attrs `attrs`, and finite values in `finite` (fields read and checked now); `purpose` says in the
+      messages what needs them.
+
+    `load` reads a demo's arrays and checks them again (`validate_demo`: e.g. finite states); a read that fails
+    on corrupt bytes is a `DatasetError` naming the file and field. Raises `FileNotFoundError` for a missing file.
+    Messages name the file, the demo and field or attr, the value found and what was expected. Groups a crash left
+    incomplete in a DemoWriter `.partial` file are skipped.
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, action_dim: int = ACTION_DIM, min_demos: int = 0,
+                 fields: Iterable[str] = (), cameras: Iterable[str] = (), shapes: Mapping[str, tuple] | None = None,
+                 attrs: Iterable[str] = (), finite: Iterable[str] = (), tasks: Iterable[str] | None = None,
+                 purpose: str = ""):
         self.path = Path(path)
+        self.action_dim = int(action_dim)
+        self._file = None
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such dataset file")
-        if not h5py.is_hdf5(self.path):
-            raise DatasetError(f"{self.path}: not an HDF5 file")
-        self._file = h5py.File(self.path, "r")
         try:
-            if "data" not in self._file or not isinstance(self._file["data"], h5py.Group):
-                raise DatasetError(f"{self.path}: no 'data' group: not a robomimic / Isaac Lab demo dataset")
-            data = self._file["data"]
-            if "env_args" not in data.attrs:
-                raise DatasetError(f"{self.path}: 'data' has no 'env_args' attr: not a robomimic / Isaac Lab "
-                                   f"demo dataset")
-            try:
-                self.env_args = json.loads(data.attrs["env_args"])
-            except (TypeError, ValueError) as e:
-                raise DatasetError(f"{self.path}: data.attrs['env_args'] is not JSON ({e})") from None
-            # Only an unfinished file of ours can hold half-written groups; elsewhere every group is a demo.
-            partial = (self._file.attrs.get("r2s2r_writer") == WRITER_TAG
-                       and self._file.attrs.get(STATE_ATTR) != "published")
-            self.names = sorted((n for n in data if isinstance(data[n], h5py.Group)
-                                 and (not partial or data[n].attrs.get(COMPLETE_ATTR, False))),
-                                key=lambda n: (_demo_index(n), n))
+            hdf5 = h5py.is_hdf5(self.path)
+        except OSError as e:
+            raise DatasetError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
+        if not hdf5:
+            raise DatasetError(f"{self.path}: not an HDF5 file")
+        try:
+            self._file = h5py.File(self.path, "r")
+        except Exception as e:  # h5py reports a truncated or corrupt file as OSError, RuntimeError, ...
+            raise DatasetError(f"{self.path}: cannot open the HDF5 file: {_h5_reason(e)}; expected an intact "
+                               f"HDF5 file (truncated or corrupt?)") from None
+        self._where = "the file's metadata"
+        try:
+            self._validate(min_demos, tuple(fields), tuple(cameras), dict(shapes or {}), tuple(attrs),
+                           tuple(finite), tasks, purpose)
+        except DatasetError:
+            self.close()
+            raise
+        except Exception as e:
+            self.close()
+            raise DatasetError(f"{self.path}: cannot read {self._where}: {_h5_reason(e)}; expected an intact HDF5 "
+                               f"file (truncated or corrupt?)") from None
         except BaseException:
-            self._file.close()
+            self.close()
             raise
 
+    # -- validation ---------------------------------------------------------------------------------------------
+    def _validate(self, min_demos, fields, cameras, shapes, need_attrs, finite, tasks, purpose) -> None:
+        path, f = self.path, self._file
+        why = f"; {purpose}" if purpose else ""
+        self._where = "the file attrs"
+        self._file_attrs = {k: _python(v) for k, v in f.attrs.items()}
+        self._where = "group 'data'"
+        if "data" not in f or not isinstance(f["data"], h5py.Group):
+            raise DatasetError(f"{path}: no 'data' group: not a robomimic / Isaac Lab demo dataset")
+        data = f["data"]
+        self._where = "the attrs of group 'data'"
+        self._data_attrs = {k: _python(v) for k, v in data.attrs.items()}
+        if "env_args" not in self._data_attrs:
+            raise DatasetError(f"{path}: 'data' has no 'env_args' attr: not a robomimic / Isaac Lab demo dataset")
+        raw = self._data_attrs["env_args"]
+        try:
+            env_args = json.loads(raw)
+        except (TypeError, ValueError) as e:
+            raise DatasetError(f"{path}: data.attrs['env_args'] = {_short(raw)}: is not JSON ({e}); expected a JSON "
+                               f"object with env_name") from None
+        if not isinstance(env_args, dict):
+            raise DatasetError(f"{path}: data.attrs['env_args'] = {_short(raw)}: expected a JSON object with "
+                               f"env_name")
+        self.env_args = env_args
+        known = tuple(tasks) if tasks is not None else _known_tasks()
+        name = env_args.get("env_name")
+        if name not in known:
+            raise DatasetError(f"{path}: data.attrs['env_args'] env_name = {name!r}: unknown task ID; expected one "
+                               f"of {', '.join(known)}")
+        # Only an unfinished file of ours can hold half-written groups; elsewhere every group is a demo.
+        partial = (self._file_attrs.get("r2s2r_writer") == WRITER_TAG
+                   and self._file_attrs.get(STATE_ATTR) != "published")
+        names, self._attrs = [], {}
+        for member in data:
+            self._where = f"'data/{member}'"
+            item = data[member]
+            if not isinstance(item, h5py.Group):
+                raise DatasetError(f"{path}: 'data/{member}' is a dataset: expected a demo group (data/demo_N)")
+            demo_attrs = {k: _python(v) for k, v in item.attrs.items()}
+            if partial and not demo_attrs.get(COMPLETE_ATTR, False):
+                continue
+            self._attrs[member] = {k: v for k, v in demo_attrs.items() if k != COMPLETE_ATTR}
+            names.append(member)
+        self.names = sorted(names, key=lambda n: (_demo_index(n), n))
+        if len(self.names) < min_demos:
+            held = "holds no demos" if not self.names else f"holds {len(self.names)} demos"
+            raise DatasetError(f"{path}: the dataset {held}; expected at least {min_demos}{why}")
+        required = dict.fromkeys(fields, None)
+        for cam in cameras:
+            required[f"obs/{cam}"] = "image"
+        for key, shape in shapes.items():
+            required[key] = tuple(shape)
+        schema: dict[str, tuple[str, tuple, str]] = {}
+        total = 0
+        for demo in self.names:
+            group = data[demo]
+            self._where = f"'data/{demo}'"
+            total += self._check_group(demo, group, schema, required, need_attrs, finite, why)
+        stored = self._data_attrs.get("total")
+        if stored is not None and not partial:
+            if isinstance(stored, bool) or not isinstance(stored, (int, np.integer)) or int(stored) != total:
+                raise DatasetError(f"{path}: data.attrs['total'] = {stored!r}: expected {total}, the sum of the "
+                                   f"demos' lengths")
+
+    def _check_group(self, demo, group, schema, required, need_attrs, finite, why) -> int:
+        path = self.path
+        where = f"{path}: {demo}"
+        attrs = self._attrs[demo]
+        if "actions" not in group or not isinstance(group["actions"], h5py.Dataset):
+            raise DatasetError(f"{where}: field 'actions' is missing")
+        actions = group["actions"]
+        if actions.ndim != 2 or actions.shape[1] != self.action_dim or actions.shape[0] == 0:
+            raise DatasetError(f"{where}: field 'actions' has shape {actions.shape}: expected (T, "
+                               f"{self.action_dim}) with T >= 1")
+        if actions.dtype.kind not in "iuf":
+            raise DatasetError(f"{where}: field 'actions' has dtype {actions.dtype}: expected real numbers")
+        steps = actions.shape[0]
+        self._where = f"'data/{demo}/actions'"
+        values = actions[()]
+        if not np.isfinite(values).all():
+            bad = np.argwhere(~np.isfinite(values))[0]
+            raise DatasetError(f"{where}: field 'actions' is not finite (NaN or inf: first at step {bad[0]}, column "
+                               f"{bad[1]}); expected finite values")
+        self._where = f"the attrs of 'data/{demo}'"
+        if "num_samples" in attrs:
+            n = attrs["num_samples"]
+            if isinstance(n, bool) or not isinstance(n, int) or n != steps:
+                raise DatasetError(f"{where}: attr 'num_samples' = {n!r}: expected {steps}, the rows of 'actions'")
+        if "success" in attrs:
+            ok = attrs["success"]
+            if not isinstance(ok, (bool, int)) or not ok:
+                raise DatasetError(f"{where}: attr 'success' = {ok!r}: expected True (a dataset holds successful "
+                                   f"demos)")
+        for key in need_attrs:
+            if key not in attrs:
+                raise DatasetError(f"{where}: attr {key!r} is missing{why}")
+        seed = attrs.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise DatasetError(f"{where}: attr 'seed' = {seed!r}: expected an integer >= 0")
+        for key in ("condition", "object"):
+            if key in attrs and not isinstance(attrs[key], str):
+                raise DatasetError(f"{where}: attr {key!r} = {attrs[key]!r}: expected a string")
+        found = {}
+
+        def visit(name: str, obj) -> None:
+            if isinstance(obj, h5py.Dataset):
+                found[name] = obj
+
+        self._where = f"the members of 'data/{demo}'"
+        group.visititems(visit)
+        for name, ds in found.items():
+            self._where = f"'data/{demo}/{name}'"
+            if ds.dtype.kind not in "biuf":
+                raise DatasetError(f"{where}: field {name!r} has dtype {ds.dtype}: expected numbers")
+            if name == "initial_state":
+                if ds.ndim != 1:
+                    raise DatasetError(f"{where}: field 'initial_state' has shape {ds.shape}: expected one state (N,)")
+            elif ds.ndim == 0 or ds.shape[0] != steps:
+                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape}: expected {steps} rows, one per "
+                                   f"action")
+            if ds.ndim == 4 and ds.shape[-1] == 3 and ds.dtype != np.uint8:
+                raise DatasetError(f"{where}: field {name!r} looks like images (T, H, W, 3) but is {ds.dtype}: "
+                                   f"expected uint8")
+            per_step = ds.shape if name == "initial_state" else ds.shape[1:]
+            first = schema.setdefault(name, (ds.dtype.kind, per_step, demo))
+            if first[:2] != (ds.dtype.kind, per_step):
+                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape} ({ds.dtype}): expected "
+                                   f"{(ds.shape[0], *first[1]) if name != 'initial_state' else first[1]} of kind "
+                                   f"{first[0]!r} as in {first[2]} (one size per field in a dataset)")
+        if "states" in found and "initial_state" in found:
+            if found["states"].shape[1:] != found["initial_state"].shape:
+                raise DatasetError(f"{where}: field 'initial_state' has shape {found['initial_state'].shape}: "
+                                   f"expected {found['states'].shape[1:]}, a row of 'states'")
+        for name, kind in required.items():
+            if name not in found:
+                raise DatasetError(f"{where}: field {name!r} is missing{why}")
+            ds = found[name]
+            if kind == "image" and (ds.ndim != 4 or ds.shape[-1] != 3 or ds.dtype != np.uint8):
+                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape} ({ds.dtype}): expected ({steps}, "
+                                   f"H, W, 3) uint8 images{why}")
+            if isinstance(kind, tuple) and ds.shape[1:] != kind:
+                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape}: expected {(steps, *kind)}{why}")
+        for name in finite:
+            if name in found:
+                self._where = f"'data/{demo}/{name}'"
+                if not np.isfinite(found[name][()]).all():
+                    raise DatasetError(f"{where}: field {name!r} is not finite (NaN or inf); expected finite "
+                                       f"values{why}")
+        return steps
+
+    # -- reading -----------------------------------------------------------------------------------------------
     @property
     def env_name(self) -> str | None:
         return self.env_args.get("env_name")
@@ -453,53 +629,60 @@ class DemoReader:
     @property
     def format_version(self) -> int:
         """1: datagen_info poses are x,y,z,w; 0 (or no attr): w,x,y,z."""
-        return int(self._file.attrs.get("format_version", 0))
+        return int(self._file_attrs.get("format_version", 0))
 
     @property
     def total(self) -> int:
-        return int(self._file["data"].attrs.get("total", 0))
+        return int(self._data_attrs.get("total", 0))
 
     def __len__(self) -> int:
         return len(self.names)
 
     def data_attrs(self) -> dict:
         """The run-level attrs of the `data` group (as `DemoWriter.set_attr` stores them), as Python values."""
-        return {k: _python(v) for k, v in self._file["data"].attrs.items()}
+        return dict(self._data_attrs)
 
     def attrs(self, name: str) -> dict:
         """The attrs of demo `name` as Python values (the writer's completion marker left out)."""
-        group = self._group(name)
-        return {k: _python(v) for k, v in group.attrs.items() if k != COMPLETE_ATTR}
+        self._group(name)
+        return dict(self._attrs[name])
 
     def load(self, name: str, datagen_quat: str | None = None) -> dict:
-        """The arrays of demo `name` as nested dicts of numpy arrays.
+        """The arrays of demo `name` as nested dicts of numpy arrays, checked with `validate_demo`.
 
         `datagen_quat="xyzw"` returns the datagen_info poses x,y,z,w whatever the file's version (converting a
         version-0 file's); None returns them as stored.
         """
         group = self._group(name)
         if "actions" not in group or not isinstance(group["actions"], h5py.Dataset):
-            raise DatasetError(f"{self.path}: field 'data/{name}/actions' is missing")
+            raise DatasetError(f"{self.path}: {name}: field 'actions' is missing")
 
         def read(g: h5py.Group, prefix: str) -> dict:
             out = {}
             for key, item in g.items():
                 path = f"{prefix}/{key}"
-                out[key] = read(item, path) if isinstance(item, h5py.Group) else item[()]
+                try:
+                    out[key] = read(item, path) if isinstance(item, h5py.Group) else item[()]
+                except DatasetError:
+                    raise
+                except Exception as e:
+                    raise DatasetError(f"{self.path}: {name}: cannot read field {path.split('/', 2)[2]!r}: "
+                                       f"{_h5_reason(e)}; expected an intact HDF5 file (truncated or corrupt?)") from None
                 if (datagen_quat == "xyzw" and self.format_version < 1 and "/datagen_info/" in path
                         and key.endswith("_pose") and out[key].shape[-1:] == (7,)):
                     out[key] = pose_wxyz_to_xyzw(out[key])
             return out
 
-        return read(group, f"data/{name}")
+        demo = read(group, f"data/{name}")
+        validate_demo(demo, f"{self.path}: {name}", self.action_dim)
+        return demo
 
     def _group(self, name: str) -> h5py.Group:
         if self._file is None:
             raise RuntimeError(f"{self.path}: the reader is closed")
-        data = self._file["data"]
-        if name not in data:
+        if name not in self._attrs:
             raise DatasetError(f"{self.path}: no demo 'data/{name}' (has {len(self.names)} demos)")
-        return data[name]
+        return self._file["data"][name]
 
     def __iter__(self) -> Iterator[Demo]:
         for name in self.names:
@@ -517,7 +700,35 @@ class DemoReader:
         self.close()
 
 
-def read_demos(path: str | os.PathLike) -> Iterator[Demo]:
-    """Yield every complete demo of the file at `path` as `Demo(name, data, attrs)`; see `DemoReader`."""
-    with DemoReader(path) as reader:
+def check_dataset(path: str | os.PathLike, **needs) -> int:
+    """Validate the dataset at `path` as `DemoReader` does (with the same keyword arguments, e.g. `min_demos=1`)
+    and read every demo once (finding corrupt data and non-finite states); returns the number of demos. Raises
+    `FileNotFoundError` or `DatasetError` naming the file and the field."""
+    with DemoReader(path, **needs) as reader:
+        for name in reader.names:
+            reader.load(name)
+        return len(reader)
+
+
+def _known_tasks() -> tuple[str, ...]:
+    from r2s2r.tasks import TASKS
+
+    return tuple(TASKS)
+
+
+def _h5_reason(e: BaseException) -> str:
+    """What HDF5 (or h5py) said, on one line."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def read_demos(path: str | os.PathLike, **needs) -> Iterator[Demo]:
+    """Yield every complete demo of the file at `path` as `Demo(name, data, attrs)`; see `DemoReader` (whose
+    keyword arguments `needs` are)."""
+    with DemoReader(path, **needs) as reader:
         yield from reader

@@ -29,7 +29,8 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
     import r2s2r.tasks as tasks
 
     report = ReplayReport(str(path))
-    with DemoReader(path) as reader:
+    with DemoReader(path, min_demos=1, fields=("initial_state",), attrs=("seed",),
+                    purpose="replay restores the initial state and resets the task with the seed") as reader:
         env_args = reader.env_args
         env = tasks.make(reader.env_name, cameras=(), control_hz=float(env_args.get("control_hz", 20.0)),
                          action_mode=env_args.get("action_mode", "ee_pose"))
@@ -37,8 +38,6 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
             for name in tqdm(reader.names[:limit], desc="replaying", unit="demo", disable=not progress):
                 attrs = reader.attrs(name)
                 demo = reader.load(name)
-                if "initial_state" not in demo or "seed" not in attrs:
-                    raise DatasetError(f"{path}: {name}: needs 'initial_state' and a 'seed' attr to be replayed")
                 env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
                 env.set_state(demo["initial_state"])
                 info = {"success": False, "failure": "no steps"}
@@ -68,17 +67,14 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
     from r2s2r.data.hdf5 import DemoWriter
 
     source = Path(source)
-    with DemoReader(source) as reader:
+    with DemoReader(source, min_demos=1, fields=("states",), attrs=("seed",),
+                    purpose="its views are rendered from the stored states, the task reset with the seed") as reader:
         env_args = dict(reader.env_args)
         size = tuple(image_size) if image_size else tuple(env_args.get("image_size", (128, 128)))
         recorded = tuple(env_args.get("cameras", ()))
         if recorded and tuple(env_args.get("image_size", size)) != size:
             raise DatasetError(f"--image-size {list(size)}: {source} holds {list(recorded)} at "
                                f"{env_args.get('image_size')}; expected the same size for every camera")
-        for name in reader.names:
-            attrs = reader.attrs(name)
-            if "seed" not in attrs:
-                raise DatasetError(f"{source}: {name}: needs a 'seed' attr to render its states again")
         extra = {k: v for k, v in env_args.items() if k not in ("env_name", "type")}
         extra.update(cameras=sorted(set(recorded) | set(cameras)), image_size=list(size))
         env = tasks.make(reader.env_name, cameras=tuple(cameras), image_size=size,
@@ -95,9 +91,7 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
                 todo = [n for n in reader.names if n not in have]
                 for name in tqdm(todo, desc="rendering states", unit="demo", disable=not progress):
                     demo, attrs = reader.load(name, datagen_quat="xyzw"), reader.attrs(name)
-                    states = demo.get("states")
-                    if states is None:
-                        raise DatasetError(f"{source}: {name}: field 'states' is missing; it is what is rendered")
+                    states = demo["states"]
                     env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
                     frames = {c: [] for c in cameras}
                     for state in np.asarray(states):

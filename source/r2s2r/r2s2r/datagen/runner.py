@@ -4,7 +4,9 @@ The dataset is the first `num_trajectories` admitted attempts in attempt order, 
 number of workers, and chunks are dispatched in order. Shards live in `<output>.shards/` beside the output, with
 `run.json` (the run's config); a rerun of the same command skips finished chunks and resumes unfinished ones, and
 a run with a different config refuses to mix with them. The merged file is written as `<output>.partial` and
-renamed when complete; the shards are removed after that (unless kept).
+renamed when complete; the shards are removed after that (unless kept). A run that admits fewer than asked within
+its attempt limit publishes no output: its shards stay, and a rerun with a larger `datagen.max_attempts` resumes
+from them.
 
 Worker processes on this machine write their shards into `<output>.shards/` themselves. On a Ray cluster the nodes
 need not share a file system with this process: the behaviour generator is built here (where its inputs, e.g. the
@@ -94,9 +96,10 @@ def shard_dir(output: Path) -> Path:
 
 
 def _config_key(cfg: GenerateCfg) -> dict:
-    """The config minus the dataset size (asking for more trajectories continues the same run)."""
+    """The config minus the dataset size and the attempt limit (asking for more trajectories, or allowing more
+    attempts, continues the same run: neither changes what any chunk holds)."""
     desc = cfg.describe()
-    desc["datagen"] = {k: v for k, v in desc["datagen"].items() if k != "num_trajectories"}
+    desc["datagen"] = {k: v for k, v in desc["datagen"].items() if k not in ("num_trajectories", "max_attempts")}
     return desc
 
 
@@ -484,7 +487,8 @@ def _merge(cfg: GenerateCfg, output: Path, shards: Path, chunks: int, summary: R
     env_args = {"generation_run": cfg.digest(), "generator": cfg.generator_name, "cameras": list(cfg.env.cameras),
                 "image_size": list(cfg.env.image_size), "control_hz": cfg.env.control_hz,
                 "action_mode": cfg.env.action_mode, "world": cfg.env.world}
-    with DemoWriter(output, cfg.task, env_args, resume=False) as writer:
+    writer = DemoWriter(output, cfg.task, env_args, resume=False)
+    try:
         for chunk in range(chunks):
             path = ChunkSpec(cfg, chunk, str(shards)).path
             with DemoReader(path) as reader:
@@ -495,4 +499,13 @@ def _merge(cfg: GenerateCfg, output: Path, shards: Path, chunks: int, summary: R
         summary.trajectories = writer.num_demos
         writer.set_attr("generation_config", json.dumps(_config_key(cfg)))
         writer.set_attr("generation_summary", json.dumps(summary.as_dict()))
+    except BaseException:
+        writer.close(publish=False)
+        writer.partial.unlink(missing_ok=True)  # the shards hold the work; a merge is redone from them
+        raise
+    if summary.trajectories < want:  # too few: nothing is published, the shards stay for a rerun
+        writer.close(publish=False)
+        writer.partial.unlink(missing_ok=True)
+    else:
+        writer.close()
 

@@ -52,60 +52,46 @@ def _resize(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
-    """Read `entry.path` for `policy`'s observation set; raises `DatasetError` naming the file, demo and field."""
+    """Read `entry.path` for `policy`'s observation set; raises `DatasetError` naming the file, demo and field.
+
+    The file is validated by `DemoReader` with the policy's needs: actions of width `policy.action_dim`, the
+    cameras and finite proprio keys it observes (and, for the object-centric policy, the finite datagen_info
+    labels it learns)."""
     path = Path(entry.path)
+    shapes, finite = {}, [f"obs/{k}" for k in policy.proprio]
+    if policy.kind == "object_centric":
+        from r2s2r.policy.object_centric import LABEL_FIELDS
+
+        shapes = {f"obs/datagen_info/{k}": (w,) for k, w in LABEL_FIELDS.items()}
+        finite += list(shapes)
+    purpose = (f"the policy observes cameras {list(policy.cameras)} (policy.cameras) and proprio "
+               f"{list(policy.proprio)} (policy.proprio)")
+    if policy.kind == "object_centric":
+        purpose += "; the object-centric policy learns the object's state from obs/datagen_info"
     try:
-        reader = DemoReader(path)
+        reader = DemoReader(path, action_dim=policy.action_dim, min_demos=1, cameras=policy.cameras,
+                            fields=finite, shapes=shapes, finite=finite, purpose=purpose)
     except FileNotFoundError as e:
         raise DatasetError(f"data.datasets: {e}") from None
     with reader:
-        if len(reader) == 0:
-            raise DatasetError(f"{path}: the dataset holds no demos; expected at least one")
         domain = entry.domain or ("real" if reader.env_name == REAL_TASK else "sim")
         if domain not in DOMAINS:
             raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
         images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
         proprio, actions, starts, ends, labels = [], [], [], [], []
         offset = 0
-        widths: dict[str, int] = {}
         for name in reader.names:
             demo = reader.load(name)
-            where = f"{path}: {name}"
             act = np.asarray(demo["actions"])
-            if act.ndim != 2 or act.shape[1] != policy.action_dim or len(act) == 0:
-                raise DatasetError(f"{where}: field 'actions' has shape {act.shape}: expected (T, "
-                                   f"{policy.action_dim}) with T >= 1, the policy's action size")
-            if not np.isfinite(act).all():
-                step, col = np.argwhere(~np.isfinite(act))[0]
-                raise DatasetError(f"{where}: field 'actions' is not finite (NaN or inf at step {step}, column "
-                                   f"{col})")
             obs = demo.get("obs", {})
             for cam in policy.cameras:
-                frames = obs.get(cam)
-                if frames is None:
-                    raise DatasetError(f"{where}: field 'obs/{cam}' is missing; the policy observes cameras "
-                                       f"{list(policy.cameras)} (policy.cameras), the dataset has "
-                                       f"{sorted(k for k in obs if k != 'datagen_info')}")
-                if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8 or len(frames) != len(act):
-                    raise DatasetError(f"{where}: field 'obs/{cam}' has shape {frames.shape} ({frames.dtype}): "
-                                       f"expected ({len(act)}, H, W, 3) uint8 images")
-                images[cam].append(_resize(frames, policy.image_size))
-            parts = []
-            for key in policy.proprio:
-                value = obs.get(key)
-                if value is None:
-                    raise DatasetError(f"{where}: field 'obs/{key}' is missing; the policy observes proprio "
-                                       f"{list(policy.proprio)} (policy.proprio)")
-                value = np.asarray(value, dtype=np.float32).reshape(len(act), -1)
-                if widths.setdefault(key, value.shape[1]) != value.shape[1]:
-                    raise DatasetError(f"{where}: field 'obs/{key}' has width {value.shape[1]}: expected "
-                                       f"{widths[key]} as in the file's other demos")
-                if not np.isfinite(value).all():
-                    raise DatasetError(f"{where}: field 'obs/{key}' is not finite")
-                parts.append(value)
+                images[cam].append(_resize(obs[cam], policy.image_size))
+            parts = [np.asarray(obs[key], dtype=np.float32).reshape(len(act), -1) for key in policy.proprio]
             proprio.append(np.concatenate(parts, axis=1) if parts else np.zeros((len(act), 0), np.float32))
             if policy.kind == "object_centric":
-                labels.append(_labels(obs, len(act), where))
+                from r2s2r.policy.object_centric import frame_labels
+
+                labels.append(frame_labels(obs["datagen_info"]))
             actions.append(act.astype(np.float32))
             starts.append(np.full(len(act), offset))
             ends.append(np.full(len(act), offset + len(act) - 1))
@@ -116,21 +102,6 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
         demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(reader.names),
         labels=np.concatenate(labels) if labels else None)
-
-
-def _labels(obs: dict, steps: int, where: str) -> np.ndarray:
-    from r2s2r.policy.object_centric import LABEL_FIELDS, frame_labels
-
-    info = obs.get("datagen_info", {})
-    for key, width in LABEL_FIELDS.items():
-        value = info.get(key)
-        if value is None:
-            raise DatasetError(f"{where}: field 'obs/datagen_info/{key}' is missing; the object-centric policy "
-                               f"learns the object's state from it")
-        if np.shape(value) != (steps, width) or not np.isfinite(value).all():
-            raise DatasetError(f"{where}: field 'obs/datagen_info/{key}' has shape {np.shape(value)}: expected "
-                               f"({steps}, {width}) finite values")
-    return frame_labels(info)
 
 
 def check_compatible(datasets: list[LoadedDataset]) -> None:
