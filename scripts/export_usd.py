@@ -24,18 +24,21 @@ CUBE_START_X = -0.6  # upstream end of the belt, so the whole clip shows the cub
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Build the default conveyor cell (CellCfg()), compile it with MuJoCo and write the USD stage "
+        description="Build the conveyor cell of a world file (default: the design cell, CellCfg()), compile it with MuJoCo and write the USD stage "
         "built from the compiled model (bodies, geoms, joints, drives, cameras, lights, materials).",
         epilog="With --animate, MuJoCo steps the cell from its home keyframe with the belt running at "
         f"{BELT_SPEED} m/s and {CUBE_BODY} placed on the belt, and every body pose is written as time samples at "
         f"{FPS} fps (time code = frame number), so the file plays back the rollout in the Isaac Sim GUI. "
-        "Exit status 2 means a bad argument or an output path that cannot be written.",
+        "Exit status 2 means a bad argument, a bad world file or an output path that cannot be written.",
     )
     from r2s2r import cli
 
     parser.add_argument("--output", "-o", type=cli.output_file, default="outputs/cell.usda",
                         help="stage file to write, .usda (text) or .usd/.usdc (binary); missing folders are "
                         "created; the file is replaced atomically (default: %(default)s)")
+    parser.add_argument("--world", metavar="NAME_OR_PATH", default=None,
+                        help="world file to build the cell from: a name registered under configs/world/ or a path "
+                        "to a .yaml file (default: the design cell, CellCfg())")
     parser.add_argument("--animate", type=cli.float_in(0.0, 3600.0, unit="s"), default=0.0, metavar="SECONDS",
                         help="record SECONDS of simulated motion as time samples (default: 0, a static stage in "
                         "the home posture)")
@@ -53,12 +56,17 @@ def main(argv: list[str] | None = None) -> int:
 
         from r2s2r.cell import usd
         from r2s2r.cell.mjcf import belt_periodic, build_model
-        from r2s2r.cell.spec import CellCfg
+        from r2s2r.cell.spec import CellCfg, ConfigError
+        from r2s2r.cell.world import load_world
     except ImportError as e:
         print(f"error: {e}; this script needs mujoco and pxr (pip install mujoco usd-core)", file=sys.stderr)
         return 1
 
-    cell = CellCfg()
+    try:
+        cell = CellCfg() if args.world is None else load_world(args.world).cell
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     model = build_model(cell)
     stage = usd.build_stage(model, cell)
     data = mujoco.MjData(model)
