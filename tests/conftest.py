@@ -51,3 +51,22 @@ def tiny_train_overrides(run_dir: Path, datasets: list[tuple[Path, float]], step
             f"data.datasets=[{listed}]", "policy.cameras=[right_wrist]", "policy.image_size=[32,32]", "policy.dim=32",
             "policy.heads=2", "policy.obs_layers=1", "policy.action_layers=1", "policy.chunk=8", "policy.execute=4",
             "optim.warmup_steps=2", "threads=1"]
+
+
+def dataset_contents(path) -> list[tuple[int, dict]]:
+    """Every demo of a generated dataset as (attempt index, its arrays), in file order."""
+    from r2s2r.data import DemoReader
+
+    with DemoReader(path) as reader:
+        return [(reader.attrs(n)["attempt"], reader.load(n)) for n in reader.names]
+
+
+def assert_same_demos(a: list[tuple[int, dict]], b: list[tuple[int, dict]]) -> None:
+    """Two `dataset_contents` hold the same attempts with identical actions, states and wrist images."""
+    import numpy as np
+
+    assert [x[0] for x in a] == [x[0] for x in b]
+    for (_, da), (_, db) in zip(a, b):
+        np.testing.assert_array_equal(da["actions"], db["actions"])
+        np.testing.assert_array_equal(da["states"], db["states"])
+        np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])

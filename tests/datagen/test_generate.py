@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import ROOT, run_script
+from conftest import ROOT, assert_same_demos, dataset_contents, run_script
 
 from r2s2r.data import DemoReader, DemoWriter
 from r2s2r.datagen import generate, make_generate_cfg
@@ -23,18 +23,6 @@ def cfg_for(real_demos, n=3, extra=()):
     from r2s2r.overrides import parse_dotted
 
     return make_generate_cfg(TASK, n, 11, parse_dotted([*SMALL, f"generator.source={real_demos}", *extra]))
-
-
-def contents(path):
-    with DemoReader(path) as reader:
-        return [(reader.attrs(n)["attempt"], reader.load(n)) for n in reader.names]
-
-
-def assert_same(a, b):
-    assert [x[0] for x in a] == [x[0] for x in b]
-    for (_, da), (_, db) in zip(a, b):
-        np.testing.assert_array_equal(da["actions"], db["actions"])
-        np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +56,7 @@ def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
 def test_two_workers_give_the_same_dataset(serial, real_demos, tmp_path):
     out = tmp_path / "sim.hdf5"
     generate(cfg_for(real_demos), out, num_workers=2, progress=False)
-    assert_same(contents(serial[0]), contents(out))
+    assert_same_demos(dataset_contents(serial[0]), dataset_contents(out))
 
 
 def test_a_killed_run_resumes_to_the_same_dataset(serial, real_demos, tmp_path):
@@ -88,7 +76,7 @@ def test_a_killed_run_resumes_to_the_same_dataset(serial, real_demos, tmp_path):
     again = subprocess.run([*args, "--keep-shards"], cwd=ROOT, env={**os.environ, "MUJOCO_GL": "egl"}, capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0, again.stderr
-    assert_same(contents(serial[0]), contents(out))
+    assert_same_demos(dataset_contents(serial[0]), dataset_contents(out))
     assert first.stat().st_mtime_ns == kept  # the finished shard was kept, not redone
 
 
@@ -145,6 +133,6 @@ def test_the_same_run_on_a_local_ray_cluster(serial, real_demos, tmp_path):
                             "--ray-address", f"127.0.0.1:{port}", *SMALL, f"generator.source={real_demos}"],
                            capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
-        assert_same(contents(serial[0]), contents(out))
+        assert_same_demos(dataset_contents(serial[0]), dataset_contents(out))
     finally:
         subprocess.run([str(ray_bin), "stop", "--force"], capture_output=True, env=env, timeout=120)

@@ -16,11 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, assert_same_demos, dataset_contents
 
-from r2s2r.data import DemoReader
 from r2s2r.datagen import generate, make_generate_cfg
 from r2s2r.overrides import parse_dotted
 
@@ -43,19 +41,6 @@ def mount_namespaces() -> bool:
                               timeout=10).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
-
-
-def contents(path):
-    with DemoReader(path) as reader:
-        return [(reader.attrs(n)["attempt"], reader.load(n)) for n in reader.names]
-
-
-def assert_same(a, b):
-    assert [x[0] for x in a] == [x[0] for x in b]
-    for (_, da), (_, db) in zip(a, b):
-        np.testing.assert_array_equal(da["actions"], db["actions"])
-        np.testing.assert_array_equal(da["states"], db["states"])
-        np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])
 
 
 def log_lines(path: Path) -> list[dict]:
@@ -175,7 +160,7 @@ def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(refere
     r = subprocess.run(generate_args(cluster), capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
     wall = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
-    assert_same(contents(reference[0]), contents(cluster.hidden / "sim.hdf5"))
+    assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
     lines = log_lines(cluster.hidden / "chunks.jsonl")
     assert len({line["node"] for line in lines}) == 2  # both nodes finished chunks
     chunks = [line["chunk"] for line in lines]
@@ -213,7 +198,7 @@ def test_a_lost_node_loses_no_trajectory(reference, cluster):
     assert proc.returncode == 0, stderr[-3000:]
     assert list(scratch.glob("*/chunk_*.hdf5.partial"))  # its chunk was cut short there
     # Every requested trajectory, each once, the same as one process makes them.
-    assert_same(contents(reference[0]), contents(cluster.hidden / "sim.hdf5"))
+    assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
     lines = log_lines(cluster.hidden / "chunks.jsonl")
     chunks = [line["chunk"] for line in lines]
     assert len(chunks) == len(set(chunks))  # each chunk's shard written once

@@ -61,19 +61,19 @@ unit_interval = float_in(0.0, 1.0)
 image_size = int_in(1, 2048)  # a camera image's height and width, as the task environments accept them
 
 
-def output_file(text: str) -> str:
-    """A file path that can be written (not a folder; its folder exists or can be made)."""
-    try:
-        check_output_file(text, "path")
-    except OutputError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("path = ")) from None
-    return text
+def _checked_path(check, doc: str):
+    """An argparse type that runs `check` (files.check_output_file or check_output_dir) on the path."""
+    def parse(text: str) -> str:
+        try:
+            check(text, "path")
+        except OutputError as e:
+            raise argparse.ArgumentTypeError(str(e).removeprefix("path = ")) from None
+        return text
+
+    parse.__doc__ = doc
+    return parse
 
 
-def output_dir(text: str) -> str:
-    """A folder path that exists and is writable, or can be made."""
-    try:
-        check_output_dir(text, "path")
-    except OutputError as e:
-        raise argparse.ArgumentTypeError(str(e).removeprefix("path = ")) from None
-    return text
+output_file = _checked_path(check_output_file, "A file path that can be written (not a folder; its folder exists or "
+                                               "can be made).")
+output_dir = _checked_path(check_output_dir, "A folder path that exists and is writable, or can be made.")
