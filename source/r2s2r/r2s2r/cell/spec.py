@@ -30,22 +30,33 @@ def require(ok: bool, fieldname: str, value: object, expected: str) -> None:
         raise ConfigError(f"{fieldname} = {value!r}: expected {expected}")
 
 
-def _check(fieldname: str, value: object, lo: float, hi: float, unit: str = "", *, n: int | None = None,
-           integer: bool = False) -> None:
-    """`value` is a number in [lo, hi] (an integer if `integer`); with `n`, a list of `n` such numbers.
+def check_number(fieldname: str, value: object, lo: float, hi: float, unit: str = "", *, n: int | None = None,
+                 integer: bool = False, lo_open: bool = False, hi_open: bool = False) -> None:
+    """`value` is a number (an integer if `integer`) between `lo` and `hi` (inclusive unless an end is open); with
+    `n`, a list of `n` such numbers.
 
-    Every numeric field of the cell goes through here. The bounds are finite, so NaN and +-inf fail the range test;
-    strings, booleans and lists of the wrong length fail the type test. Errors name the field (the element, for a
-    list), the value and the range."""
+    Every numeric field of a world file and of a training config goes through here. The bounds are finite, so NaN
+    and +-inf fail the range test; strings, booleans and lists of the wrong length fail the type test. Errors name
+    the field (the element, for a list), the value and the range (`optim.lr = inf: expected a finite number in
+    (0, 1]`)."""
     if n is not None:
         require(isinstance(value, tuple | list) and len(value) == n, fieldname, value, f"a list of {n} numbers")
         for i, v in enumerate(value):  # type: ignore[arg-type]
-            _check(f"{fieldname}[{i}]", v, lo, hi, unit, integer=integer)
+            check_number(f"{fieldname}[{i}]", v, lo, hi, unit, integer=integer, lo_open=lo_open, hi_open=hi_open)
         return
     kind = numbers.Integral if integer else numbers.Real
-    ok = isinstance(value, kind) and not isinstance(value, bool) and lo <= value <= hi  # type: ignore[operator]
-    require(ok, fieldname, value, f"{'an integer' if integer else 'a finite number'} in [{lo:g}, {hi:g}]"
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if ok:
+        above = lo < value if lo_open else lo <= value  # type: ignore[operator]
+        below = value < hi if hi_open else value <= hi  # type: ignore[operator]
+        ok = bool(above and below)
+    interval = f"{'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
+    require(ok, fieldname, value, f"{'an integer' if integer else 'a finite number'} in {interval}"
             + (f" {unit}" if unit else ""))
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _check_flag(fieldname: str, value: object) -> None:
@@ -70,8 +81,8 @@ class Pose:
 
     def validate(self, where: str, reach: float) -> None:
         """Position within `reach` metres of the parent frame's origin on each axis, finite angles within a turn."""
-        _check(f"{where}.pos", self.pos, -reach, reach, "m", n=3)
-        _check(f"{where}.rpy", self.rpy, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=3)
+        check_number(f"{where}.pos", self.pos, -reach, reach, "m", n=3)
+        check_number(f"{where}.rpy", self.rpy, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=3)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -108,18 +119,18 @@ class ArmCfg:
         prefix = f"arms.{self.name}"
         self.base.validate(f"{prefix}.base", CELL_EXTENT)
         self.hand_mount.validate(f"{prefix}.hand_mount", MOUNT_REACH)
-        _check(f"{prefix}.home_q", self.home_q, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=ARM_DOF)
+        check_number(f"{prefix}.home_q", self.home_q, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=ARM_DOF)
         # The Rizon 4s joints give at most 123 N*m (URDF efforts): a joint stiffness beyond 1e4 N*m/rad, damping
         # beyond 1e3 N*m*s/rad or a Coulomb friction beyond 50 N*m is not something its joint impedance delivers.
-        _check(f"{prefix}.kp", self.kp, 1.0, 1e4, "N*m/rad", n=ARM_DOF)
-        _check(f"{prefix}.kd", self.kd, 0.0, 1e3, "N*m*s/rad", n=ARM_DOF)
-        _check(f"{prefix}.joint_damping", self.joint_damping, 0.0, 100.0, "N*m*s/rad", n=ARM_DOF)
-        _check(f"{prefix}.joint_frictionloss", self.joint_frictionloss, 0.0, 50.0, "N*m", n=ARM_DOF)
-        _check(f"{prefix}.armature", self.armature, 0.0, 5.0, "kg*m^2 (reflected rotor inertia)")
+        check_number(f"{prefix}.kp", self.kp, 1.0, 1e4, "N*m/rad", n=ARM_DOF)
+        check_number(f"{prefix}.kd", self.kd, 0.0, 1e3, "N*m*s/rad", n=ARM_DOF)
+        check_number(f"{prefix}.joint_damping", self.joint_damping, 0.0, 100.0, "N*m*s/rad", n=ARM_DOF)
+        check_number(f"{prefix}.joint_frictionloss", self.joint_frictionloss, 0.0, 50.0, "N*m", n=ARM_DOF)
+        check_number(f"{prefix}.armature", self.armature, 0.0, 5.0, "kg*m^2 (reflected rotor inertia)")
         # 20 steps is 40 ms at the default timestep, over twice the longest delay of the truth files (18 ms).
-        _check(f"{prefix}.latency_steps", self.latency_steps, 0, 20, "physics steps", integer=True)
+        check_number(f"{prefix}.latency_steps", self.latency_steps, 0, 20, "physics steps", integer=True)
         # Manufacturing tolerances of the links are millimetres; +-2 cm is already a different arm.
-        _check(f"{prefix}.link_length_offsets", self.link_length_offsets, -0.02, 0.02, "m", n=ARM_DOF)
+        check_number(f"{prefix}.link_length_offsets", self.link_length_offsets, -0.02, 0.02, "m", n=ARM_DOF)
 
 
 @dataclass(frozen=True)
@@ -139,11 +150,11 @@ class HandCfg:
     def validate(self) -> None:
         # The finger joints give at most 0.6 N*m (URDF efforts); the bounds sit one to two orders of magnitude above
         # the maker's values.
-        _check("hand.kp", self.kp, 0.01, 50.0, "N*m/rad", n=4)
-        _check("hand.kd", self.kd, 0.0, 5.0, "N*m*s/rad", n=4)
-        _check("hand.joint_damping", self.joint_damping, 0.0, 5.0, "N*m*s/rad", n=4)
-        _check("hand.armature", self.armature, 0.0, 0.01, "kg*m^2", n=4)
-        _check("hand.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
+        check_number("hand.kp", self.kp, 0.01, 50.0, "N*m/rad", n=4)
+        check_number("hand.kd", self.kd, 0.0, 5.0, "N*m*s/rad", n=4)
+        check_number("hand.joint_damping", self.joint_damping, 0.0, 5.0, "N*m*s/rad", n=4)
+        check_number("hand.armature", self.armature, 0.0, 0.01, "kg*m^2", n=4)
+        check_number("hand.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -175,22 +186,22 @@ class BeltCfg:
     speed_jitter: float = 0.0
 
     def validate(self) -> None:
-        _check("belt.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        check_number("belt.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
         # The layout (robot and bins on the -y side) assumes a belt running along +x; turned by more than 45 degrees
         # it would run toward the robot.
-        _check("belt.yaw", self.yaw, -math.pi / 4, math.pi / 4, "rad")
-        _check("belt.length", self.length, 1.0, 10.0, "m (an episode must fit)")
-        _check("belt.width", self.width, 0.1, 1.0, "m")
-        _check("belt.thickness", self.thickness, 0.005, 0.2, "m")
-        _check("belt.slat_pitch", self.slat_pitch, 0.01, 0.2, "m (one visual slat per pitch)")
-        _check("belt.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
-        _check("belt.mass", self.mass, 1.0, 1000.0, "kg")
-        _check("belt.speed_gain", self.speed_gain, 1.0, 1e5, "N/(m/s)")
-        _check("belt.speed_range", self.speed_range, 0.0, 1.0, "m/s", n=2)
+        check_number("belt.yaw", self.yaw, -math.pi / 4, math.pi / 4, "rad")
+        check_number("belt.length", self.length, 1.0, 10.0, "m (an episode must fit)")
+        check_number("belt.width", self.width, 0.1, 1.0, "m")
+        check_number("belt.thickness", self.thickness, 0.005, 0.2, "m")
+        check_number("belt.slat_pitch", self.slat_pitch, 0.01, 0.2, "m (one visual slat per pitch)")
+        check_number("belt.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
+        check_number("belt.mass", self.mass, 1.0, 1000.0, "kg")
+        check_number("belt.speed_gain", self.speed_gain, 1.0, 1e5, "N/(m/s)")
+        check_number("belt.speed_range", self.speed_range, 0.0, 1.0, "m/s", n=2)
         require(self.speed_range[0] <= self.speed_range[1], "belt.speed_range", self.speed_range,
                 "0 <= low <= high <= 1.0 m/s")
-        _check("belt.speed_scale", self.speed_scale, 0.5, 1.5, "(true over commanded speed)")
-        _check("belt.speed_jitter", self.speed_jitter, 0.0, 0.2, "(relative standard deviation)")
+        check_number("belt.speed_scale", self.speed_scale, 0.5, 1.5, "(true over commanded speed)")
+        check_number("belt.speed_jitter", self.speed_jitter, 0.0, 0.2, "(relative standard deviation)")
 
 
 Shape = Literal["box", "sphere", "cylinder", "capsule", "ellipsoid"]
@@ -224,11 +235,11 @@ class ObjectCfg:
                 self.shape, "one of box, sphere, cylinder, capsule, ellipsoid")
         # Objects the Wuji hand's ~10 cm fingers can close around: half-sizes of 5 mm to 8 cm, up to 1 kg (its
         # payload). Half-sizes the shape does not use may be 0.
-        _check(f"{where}.size", self.size, 0.0, 0.08, "m", n=3)
+        check_number(f"{where}.size", self.size, 0.0, 0.08, "m", n=3)
         for i, s in enumerate(self._used_sizes()):
-            _check(f"{where}.size[{i}]", s, 0.005, 0.08, f"m (a half-size a {self.shape} uses)")
-        _check(f"{where}.mass", self.mass, 0.005, 1.0, "kg")
-        _check(f"{where}.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
+            check_number(f"{where}.size[{i}]", s, 0.005, 0.08, f"m (a half-size a {self.shape} uses)")
+        check_number(f"{where}.mass", self.mass, 0.005, 1.0, "kg")
+        check_number(f"{where}.friction", self.friction, 0.1, 3.0, "(MuJoCo sliding friction coefficient)")
 
     def _used_sizes(self) -> tuple[float, ...]:
         n = {"box": 3, "sphere": 1, "cylinder": 2, "capsule": 2, "ellipsoid": 3}.get(self.shape, 3)
@@ -267,11 +278,11 @@ class BinCfg:
 
     def validate(self, where: str) -> None:
         require(isinstance(self.colour, str), f"{where}.colour", self.colour, "a colour name")
-        _check(f"{where}.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        check_number(f"{where}.center", self.center, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
         # A tote that holds the objects (>= 5 cm inside) and stands on the floor of a 2 m cell.
-        _check(f"{where}.inner_size", self.inner_size, 0.05, 1.0, "m", n=2)
-        _check(f"{where}.wall_height", self.wall_height, 0.01, 0.5, "m")
-        _check(f"{where}.wall_thickness", self.wall_thickness, 0.002, 0.1, "m")
+        check_number(f"{where}.inner_size", self.inner_size, 0.05, 1.0, "m", n=2)
+        check_number(f"{where}.wall_height", self.wall_height, 0.01, 0.5, "m")
+        check_number(f"{where}.wall_thickness", self.wall_thickness, 0.002, 0.1, "m")
 
 
 def _default_bins() -> tuple[BinCfg, ...]:
@@ -315,22 +326,22 @@ class LensCfg:
     def validate(self, where: str) -> None:
         require(self.model in ("pinhole", "fisheye"), f"{where}.model", self.model, "'pinhole' or 'fisheye'")
         # Normalised focal lengths from far wider than a 180 degree fisheye (0.05) to an 11 degree telephoto (5).
-        _check(f"{where}.fx", self.fx, 0.05, 5.0, "(focal length / image width)")
-        _check(f"{where}.fy", self.fy, 0.05, 5.0, "(focal length / image height)")
+        check_number(f"{where}.fx", self.fx, 0.05, 5.0, "(focal length / image width)")
+        check_number(f"{where}.fy", self.fy, 0.05, 5.0, "(focal length / image height)")
         # Real principal points lie within a few per cent of the image centre.
-        _check(f"{where}.cx", self.cx, 0.05, 0.95, "(fraction of the image width)")
-        _check(f"{where}.cy", self.cy, 0.05, 0.95, "(fraction of the image height)")
+        check_number(f"{where}.cx", self.cx, 0.05, 0.95, "(fraction of the image width)")
+        check_number(f"{where}.cy", self.cy, 0.05, 0.95, "(fraction of the image height)")
         # Calibrated lenses have |k_i| well below 1. The radius must also grow with the ray angle over the central
         # field, or one image point would show two rays there (the renderer cuts the image at a fold further out).
         # Pinhole lenses ignore the coefficients but are held to the same rule.
-        _check(f"{where}.distortion", self.distortion, -1.0, 1.0, n=4)
+        check_number(f"{where}.distortion", self.distortion, -1.0, 1.0, n=4)
         fold = _fisheye_fold_deg(self.distortion)
         require(fold is None, f"{where}.distortion", self.distortion,
                 f"a projection whose radius grows with the ray angle up to {FISHEYE_MIN_FIELD_DEG:g} degrees off "
                 f"axis (this one folds back at {fold} degrees)")
-        _check(f"{where}.blur_sigma", self.blur_sigma, 0.0, 10.0, "px at 128 px width (10 px smears out the scene)")
-        _check(f"{where}.exposure", self.exposure, 0.05, 20.0, "(linear gain)")
-        _check(f"{where}.noise_std", self.noise_std, 0.0, 0.5, "(intensity units)")
+        check_number(f"{where}.blur_sigma", self.blur_sigma, 0.0, 10.0, "px at 128 px width (10 px smears out the scene)")
+        check_number(f"{where}.exposure", self.exposure, 0.05, 20.0, "(linear gain)")
+        check_number(f"{where}.noise_std", self.noise_std, 0.0, 0.5, "(intensity units)")
 
 
 FISHEYE_MIN_FIELD_DEG = 45.0
@@ -381,13 +392,13 @@ class LightCfg:
 
     def validate(self, where: str) -> None:
         require(isinstance(self.name, str) and bool(self.name), f"{where}.name", self.name, "a non-empty string")
-        _check(f"{where}.pos", self.pos, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
+        check_number(f"{where}.pos", self.pos, -CELL_EXTENT, CELL_EXTENT, "m", n=3)
         # Only the direction matters (MuJoCo normalises it); components beyond 1 or a near-zero vector are typos.
-        _check(f"{where}.direction", self.direction, -1.0, 1.0, n=3)
+        check_number(f"{where}.direction", self.direction, -1.0, 1.0, n=3)
         require(math.hypot(*self.direction) >= 0.1, f"{where}.direction", self.direction,
                 "a direction vector of length >= 0.1")
-        _check(f"{where}.colour", self.colour, 0.0, 1.0, "(RGB)", n=3)
-        _check(f"{where}.intensity", self.intensity, 0.0, 3.0)
+        check_number(f"{where}.colour", self.colour, 0.0, 1.0, "(RGB)", n=3)
+        check_number(f"{where}.intensity", self.intensity, 0.0, 3.0)
         _check_flag(f"{where}.directional", self.directional)
         _check_flag(f"{where}.casts_shadow", self.casts_shadow)
 
@@ -402,10 +413,10 @@ class LightingCfg:
     tint: float = 0.0
 
     def validate(self) -> None:
-        _check("lighting.intensity_range", self.intensity_range, 0.2, 3.0, "(intensity factor)", n=2)
+        check_number("lighting.intensity_range", self.intensity_range, 0.2, 3.0, "(intensity factor)", n=2)
         require(self.intensity_range[0] <= self.intensity_range[1], "lighting.intensity_range",
                 self.intensity_range, "0.2 <= low <= high <= 3.0")
-        _check("lighting.tint", self.tint, 0.0, 0.5)
+        check_number("lighting.tint", self.tint, 0.0, 0.5)
 
 
 def look_rpy(forward: Vec3, up: Vec3 = (0.0, 0.0, 1.0)) -> Vec3:
@@ -491,8 +502,8 @@ class BoardCfg:
 
     def validate(self) -> None:
         # A printed board with 3 to 30 squares a side (2 to 29 inner corners, which OpenCV finds).
-        _check("calibration_board.squares", self.squares, 3, 30, "squares", n=2, integer=True)
-        _check("calibration_board.square_size", self.square_size, 0.005, 0.1, "m")
+        check_number("calibration_board.squares", self.squares, 3, 30, "squares", n=2, integer=True)
+        check_number("calibration_board.square_size", self.square_size, 0.005, 0.1, "m")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -511,14 +522,14 @@ class PhysicsCfg:
     ls_iterations: int = 20
 
     def validate(self) -> None:
-        _check("physics.timestep", self.timestep, 0.0002, 0.01, "s")
+        check_number("physics.timestep", self.timestep, 0.0002, 0.01, "s")
         require(self.integrator in ("implicitfast", "Euler", "RK4", "implicit"), "physics.integrator",
                 self.integrator, "one of implicitfast, Euler, RK4, implicit")
         require(self.cone in ("pyramidal", "elliptic"), "physics.cone", self.cone, "'pyramidal' or 'elliptic'")
         # MuJoCo's impratio is >= 1 by definition; beyond 100 the friction constraints dominate the solver.
-        _check("physics.impratio", self.impratio, 1.0, 100.0)
-        _check("physics.iterations", self.iterations, 1, 1000, "solver iterations", integer=True)
-        _check("physics.ls_iterations", self.ls_iterations, 1, 1000, "line-search iterations", integer=True)
+        check_number("physics.impratio", self.impratio, 1.0, 100.0)
+        check_number("physics.iterations", self.iterations, 1, 1000, "solver iterations", integer=True)
+        check_number("physics.ls_iterations", self.ls_iterations, 1, 1000, "line-search iterations", integer=True)
 
 
 # Home postures (found by IK, see README): the right hand palm-down 25 cm above the belt, fingers across it;
@@ -581,7 +592,7 @@ class CellCfg:
         require(all(isinstance(name, str) for name in self.colours), "colours", list(self.colours),
                 "colour names")
         for name, rgba in self.colours.items():
-            _check(f"colours.{name}", rgba, 0.0, 1.0, "(RGBA)", n=4)
+            check_number(f"colours.{name}", rgba, 0.0, 1.0, "(RGBA)", n=4)
         for b in self.bins:
             b.validate(f"bins.{b.colour}")
             require(b.colour in self.colours, f"bins.{b.colour}.colour", b.colour, f"one of {sorted(self.colours)}")
@@ -594,11 +605,11 @@ class CellCfg:
         for li in self.lights:
             li.validate(f"lights.{li.name}")
         self.lighting.validate()
-        _check("floor_rgba", self.floor_rgba, 0.0, 1.0, "(RGBA)", n=4)
+        check_number("floor_rgba", self.floor_rgba, 0.0, 1.0, "(RGBA)", n=4)
         _check_flag("shadows", self.shadows)
         _check_flag("floor_texture", self.floor_texture)
         # Each clutter item is a static box around the cell; 30 already costs rendering time.
-        _check("clutter", self.clutter, 0, 30, "clutter items", integer=True)
+        check_number("clutter", self.clutter, 0, 30, "clutter items", integer=True)
         require(self.calibration_board is None or isinstance(self.calibration_board, BoardCfg),
                 "calibration_board", self.calibration_board, "none, or a board set in code (BoardCfg)")
         if self.calibration_board is not None:

@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from r2s2r.cell.spec import ConfigError, require
+from r2s2r.cell.spec import ConfigError, check_number, require
 from r2s2r.overrides import apply_overrides
 
 PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")  # what a policy may observe
@@ -22,28 +22,6 @@ DOMAINS = ("real", "sim")
 MAX_STEPS = 100_000_000  # any step count or interval; far beyond a run this package can train
 MAX_BATCH = 65_536
 MAX_SEED = 2**32 - 1  # numpy's and torch's seeds both take it
-
-
-def check_number(where: str, value: object, lo: float, hi: float, *, integer: bool = False, lo_open: bool = False,
-                 hi_open: bool = False, unit: str = "") -> None:
-    """`value` is a number (an integer if `integer`) in the interval from `lo` to `hi` (open at an end where asked).
-
-    Every numeric field of a training config goes through here. The bounds are finite, so NaN and +-inf fail the
-    range test; strings, booleans and lists fail the type test. The error names the field, the value and the range
-    (`optim.lr = inf: expected a finite number in (0, 1]`)."""
-    kind = numbers.Integral if integer else numbers.Real
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if ok:
-        above = lo < value if lo_open else lo <= value  # type: ignore[operator]
-        below = value < hi if hi_open else value <= hi  # type: ignore[operator]
-        ok = bool(above and below)
-    interval = f"{'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
-    require(ok, where, value, f"{'an integer' if integer else 'a finite number'} in {interval}"
-            + (f" {unit}" if unit else ""))
-
-
-def _bound(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 @dataclass(frozen=True)
