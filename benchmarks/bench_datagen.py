@@ -66,7 +66,7 @@ def bare_images_per_second(model: mujoco.MjModel, cell, size: int, seconds: floa
 
 
 def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path) -> dict:
-    from r2s2r.overrides import parse_dotted
+    from r2s2r.core import parse_dotted
 
     cfg = make_generate_cfg(task, trajectories, 0, parse_dotted([f"generator.source={source}"])
                             if "BehaviorGrounded" in task else {})

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 from _common import write_json  # noqa: E402
 from bench_train import timings  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
 

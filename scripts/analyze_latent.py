@@ -35,7 +35,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 from r2s2r.files import atomic_path, check_output_dir, write_text_atomic  # noqa: E402
 

@@ -7,7 +7,7 @@ Examples:
   python scripts/annotate.py --dataset imported.hdf5 --write                         # store computed signals
 
 The table shows, per demo, the step at which each subtask ends (stored signals, else computed from the
-tracking signals; see r2s2r.behavior.annotate). The plots show the signals the ends are found from (hand closure,
+tracking signals; see r2s2r.data.annotate). The plots show the signals the ends are found from (hand closure,
 hand-object distance, object lift, object-bin distance) with the ends marked. --set moves a subtask end by hand;
 the correction is kept in the demo attr `subtask_corrections` and the term signals under
 obs/datagen_info/subtask_term_signals are rewritten. --write stores the signals for every demo. Changes are made
@@ -27,7 +27,7 @@ import h5py
 import numpy as np
 
 from r2s2r import cli
-from r2s2r.behavior.annotate import (
+from r2s2r.data.annotate import (
     CORRECTIONS_ATTR,
     TERM_SIGNALS,
     AnnotationError,

@@ -2,7 +2,11 @@
 
 Examples:
   python scripts/record_calibration.py --output outputs/calibration/session.h5
-  python scripts/calibrate.py --session outputs/calibration/session.h5 --output configs/world/grounded.yaml
+  python scripts/calibrate.py --session outputs/calibration/session.h5   # writes outputs/calibration/grounded.yaml
+  cp outputs/calibration/grounded.yaml configs/world/grounded.yaml       # adopt it: a separate, deliberate step
+
+The tracked world (configs/world/grounded.yaml, which the grounded tasks load) changes only when you copy a result
+over it or name it with --output; by default the result goes under outputs/, so a trial run replaces nothing.
 
 The estimators start from the hand-written ungrounded world (`--start`) and read only the session: chessboard
 images, tracker measurements, joint logs, scale readings. The world file is checked by the world loader before it
@@ -21,15 +25,15 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 from r2s2r import cli  # noqa: E402
 from r2s2r.calibration import CalibrationError  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--session", default="outputs/calibration/session.h5", help="recorded calibration session")
     p.add_argument("--start", default="ungrounded", help="world the estimates replace (name or .yaml path)")
-    p.add_argument("--output", type=cli.output_file, default="configs/world/grounded.yaml",
-                   help="grounded world file to write")
+    p.add_argument("--output", type=cli.output_file, default="outputs/calibration/grounded.yaml",
+                   help="grounded world file to write (configs/world/grounded.yaml to replace the tracked world)")
     return p.parse_args(argv)
 
 

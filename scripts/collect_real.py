@@ -14,7 +14,7 @@ What each kept demo holds (layout of r2s2r.data.hdf5, which Isaac Lab's HDF5Data
   initial_state: the twin's simulator state (a hardware cell has none); obs/datagen_info/{eef_pose,
   target_eef_pose, object_pose} (x,y,z + quaternion x,y,z,w), object_vel, belt_speed, target_bin_pos,
   object_half_extents, hand_q, gripper_action and subtask_term_signals/{intercept, grasp, carry} (automatic
-  subtask annotation, r2s2r.behavior.annotate; inspect or correct it with scripts/annotate.py).
+  subtask annotation, r2s2r.data.annotate; inspect or correct it with scripts/annotate.py).
   Attrs: seed, success, condition, object, colour, belt_speed, source, prompt, teleop_style (JSON).
 
 Resuming: the dataset is written to OUTPUT.partial (flushed after each demo) and renamed to OUTPUT when the run
@@ -43,9 +43,9 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.behavior.annotate import AnnotationError  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data import DatasetError, DemoReader, DemoWriter  # noqa: E402
+from r2s2r.data.annotate import AnnotationError  # noqa: E402
 from r2s2r.data.episode import EpisodeRecorder  # noqa: E402
 
 ENV_NAME = "R2S2R-PickSort-Real-v0"

@@ -56,8 +56,9 @@ def main(argv: list[str] | None = None) -> int:
 
         from r2s2r.cell import usd
         from r2s2r.cell.mjcf import belt_periodic, build_model
-        from r2s2r.cell.spec import CellCfg, ConfigError
+        from r2s2r.cell.spec import CellCfg
         from r2s2r.cell.world import load_world
+        from r2s2r.core import ConfigError
     except ImportError as e:
         print(f"error: {e}; this script needs mujoco and pxr (pip install mujoco usd-core)", file=sys.stderr)
         return 1

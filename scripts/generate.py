@@ -47,8 +47,8 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-from r2s2r.behavior.annotate import AnnotationError  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
+from r2s2r.data.annotate import AnnotationError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
 
@@ -79,9 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from r2s2r.core import parse_dotted
     from r2s2r.datagen import generate, make_generate_cfg
     from r2s2r.datagen.runner import ClusterError
-    from r2s2r.overrides import parse_dotted
 
     try:
         cfg = make_generate_cfg(args.task, args.num_trajectories, args.seed, parse_dotted(args.overrides))

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
 
@@ -73,12 +73,11 @@ def make_controller(args: argparse.Namespace, env, agent=None):
     """The acting controller, behind the behaviour-generator interface (reset(env, obs, rng), __call__(obs))."""
     import r2s2r.tasks as tasks
     from r2s2r.behavior import generator_cfg, make_generator
-    from r2s2r.control.scripted import ScriptedPickPlace
 
     if agent is not None:
         return PolicyController(agent)
     if args.controller == "scripted":
-        return ScriptedPickPlace(env.cfg.control_hz)
+        return make_generator("scripted")
     name = tasks.TASKS[args.task].generator
     if name is None:
         raise ConfigError(f"--controller generator: task {args.task!r} has no behaviour generator")

@@ -30,7 +30,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 
 HEAD_CAMERAS = ("head_left", "head_right")
 BELT_SET_POINTS = (0.08, 0.14, 0.20)
@@ -81,7 +81,7 @@ def _record_into(rig, partial: Path, views: int, fisheye_views: int, size: int, 
 
     from r2s2r.calibration.actuators import excitation_targets
     from r2s2r.calibration.kinematics import kinematic_poses
-    from r2s2r.real.twin import CALIBRATION_BOARD
+    from r2s2r.calibration.rig import CALIBRATION_BOARD
 
     with h5py.File(partial, "w") as f:
         f.attrs["board_squares"] = CALIBRATION_BOARD.squares

@@ -26,7 +26,7 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 
 

@@ -15,7 +15,7 @@ import sys
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 from r2s2r.datagen.replay import replay_dataset  # noqa: E402
 

@@ -23,8 +23,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from r2s2r.cell.spec import ConfigError
-from r2s2r.cell.world import configs_dir
+from r2s2r.core import ConfigError, configs_dir
 from r2s2r.data.hdf5 import DatasetError
 
 

@@ -23,7 +23,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 
 from r2s2r import cli  # noqa: E402
-from r2s2r.cell.spec import ConfigError  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
 from r2s2r.files import atomic_path, write_text_atomic  # noqa: E402
 
@@ -57,7 +57,7 @@ def action_sequences(args, twin_env) -> list[tuple[int, str, np.ndarray]]:
                 attrs = reader.attrs(name)
                 out.append((int(attrs["seed"]), str(attrs.get("condition", "nominal")), reader.load(name)["actions"]))
         return out
-    from r2s2r.control.scripted import ScriptedPickPlace
+    from r2s2r.behavior.scripted import ScriptedPickPlace
 
     out = []
     for seed in range(args.episodes):

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from conftest import run_script
 
-from r2s2r.behavior.annotate import AnnotationError, annotate, signal_traces, stored_annotation
 from r2s2r.data import DemoReader
+from r2s2r.data.annotate import AnnotationError, annotate, signal_traces, stored_annotation
 
 
 def load_all(path):

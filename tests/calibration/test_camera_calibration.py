@@ -23,10 +23,12 @@ from r2s2r.calibration.camera import (
     estimate_extrinsics,
     find_corners,
 )
+from r2s2r.calibration.rig import CALIBRATION_BOARD
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
-from r2s2r.cell.world import configs_dir, load_world
+from r2s2r.cell.world import load_world
+from r2s2r.core import configs_dir
 from r2s2r.geometry import rotation_error, rpy_to_mat
-from r2s2r.real.twin import CALIBRATION_BOARD, TwinRig
+from r2s2r.real.twin import TwinRig
 from r2s2r.render.camera_model import CameraModel
 
 SIZE = 512

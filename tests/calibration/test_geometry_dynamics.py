@@ -15,7 +15,8 @@ from r2s2r.calibration.kinematics import fit_link_offsets, kinematic_poses
 from r2s2r.calibration.registration import register_base, register_conveyor, rigid_align
 from r2s2r.cell.mjcf import arm_joint_names, build_model
 from r2s2r.cell.spec import CellCfg, Pose
-from r2s2r.cell.world import configs_dir, load_world
+from r2s2r.cell.world import load_world
+from r2s2r.core import configs_dir
 from r2s2r.geometry import rpy_to_mat
 from r2s2r.real.twin import TwinRig
 

@@ -68,6 +68,12 @@ def test_grounded_file_records_its_session(grounded):
     assert yaml.safe_load(world.path.read_text())["name"] == "grounded"
 
 
+def test_calibrate_writes_under_outputs_unless_told_otherwise():
+    # Adopting a result as the tracked configs/world/grounded.yaml is an explicit copy (README), never a default.
+    assert calibrate.parse_args([]).output == "outputs/calibration/grounded.yaml"
+    assert calibrate.parse_args(["--output", "configs/world/grounded.yaml"]).output == "configs/world/grounded.yaml"
+
+
 def test_bad_sessions_fail_clearly_and_leave_no_output(tmp_path):
     import h5py
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names
-from r2s2r.cell.robots import assets_dir
-from r2s2r.cell.spec import ArmCfg, BeltCfg, CellCfg, ConfigError, Pose
+from r2s2r.cell.spec import ArmCfg, BeltCfg, CellCfg, Pose
+from r2s2r.core import ConfigError, assets_dir
 from r2s2r.physics import make_physics
 
 

@@ -20,8 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.cell.spec import CellCfg
 from r2s2r.cell.world import calibrated_paths, load_world, world_to_yaml
+from r2s2r.core import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLDS = ROOT / "configs" / "world"

@@ -20,7 +20,7 @@ SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_s
 
 
 def cfg_for(real_demos, n=3, extra=()):
-    from r2s2r.overrides import parse_dotted
+    from r2s2r.core import parse_dotted
 
     return make_generate_cfg(TASK, n, 11, parse_dotted([*SMALL, f"generator.source={real_demos}", *extra]))
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, assert_same_demos, dataset_contents
 
+from r2s2r.core import parse_dotted
 from r2s2r.datagen import generate, make_generate_cfg
-from r2s2r.overrides import parse_dotted
 
 TASK = "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"  # the planner: no source demos to record first
 SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_size=1"]

@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from r2s2r.cell.spec import ConfigError
-from r2s2r.control.scripted import ScriptedPickPlace
+from r2s2r.behavior.scripted import ScriptedPickPlace
+from r2s2r.core import ConfigError
 from r2s2r.evaluation.protocol import (
     GROUPS,
     PROTOCOL,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.evaluation.protocol import GROUPS, summarize
 from r2s2r.evaluation.report import ranking_report, write_report
 from r2s2r.evaluation.stats import mmrv, wilson_interval

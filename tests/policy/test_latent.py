@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import ROOT, run_script
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.policy.checkpoint import build_policy, load_checkpoint
 from r2s2r.policy.config import DOMAINS, train_cfg_from_mapping
 from r2s2r.policy.latent import attribute, build_pool, embed, embed_dataset, parse_methods, stack_observations

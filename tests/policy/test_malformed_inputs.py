@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 import torch
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError
 from r2s2r.policy.config import compose_train_cfg

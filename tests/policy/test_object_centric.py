@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from r2s2r.cell.spec import ConfigError
-from r2s2r.control.scripted import grasp_yaw
+from r2s2r.control.grasp import grasp_yaw
+from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
 from r2s2r.policy.agent import load_agent

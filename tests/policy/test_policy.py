@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import run_script, tiny_train_overrides
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError, DemoReader, DemoWriter
 from r2s2r.evaluation.protocol import condition_counts
 from r2s2r.policy.agent import PolicyAgent, load_agent

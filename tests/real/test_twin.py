@@ -60,8 +60,9 @@ def test_only_the_twin_and_the_report_read_the_truth():
     readers = set()
     for path in list((ROOT / "source").rglob("*.py")) + list((ROOT / "scripts").rglob("*.py")):
         text = path.read_text()
-        # Resolving the truth file (reality_file) or naming the variable that selects it is reading the truth;
-        # passing an option through to the twin is not.
-        if re.search(r"reality_file\(|environ.*R2S2R_REALITY_FILE", text):
+        # Resolving the truth file (reality_file), naming the variable that selects it or loading a truth world by
+        # name is reading the truth; passing an option through to the twin is not. (Sampled truths: the sampler
+        # writes them without reading any, tests/real/test_truths.py.)
+        if re.search(r"reality_file\(|environ.*R2S2R_REALITY_FILE|load_world\(\s*[\"'](reality|reality_alt)\b", text):
             readers.add(str(path.relative_to(ROOT)))
     assert readers <= allowed, readers - allowed

@@ -20,7 +20,8 @@ except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
 
 from r2s2r.cell.mjcf import build_model  # noqa: E402
-from r2s2r.cell.spec import CellCfg, ConfigError  # noqa: E402
+from r2s2r.cell.spec import CellCfg  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.physics import make_physics  # noqa: E402
 from r2s2r.render import RENDERERS, make_renderer  # noqa: E402
 

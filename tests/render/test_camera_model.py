@@ -15,7 +15,8 @@ try:
 except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
 
-from r2s2r.cell.spec import FISHEYE, ConfigError, LensCfg  # noqa: E402
+from r2s2r.cell.spec import FISHEYE, LensCfg  # noqa: E402
+from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.render.camera_model import MAX_RAY_ANGLE_DEG, CameraModel  # noqa: E402
 
 W, H = 160, 120  # not square, so width and height cannot be swapped unnoticed

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import r2s2r.tasks as tasks
-from r2s2r.cell.spec import ConfigError
-from r2s2r.control.scripted import ScriptedPickPlace, grasp_yaw
+from r2s2r.behavior.scripted import ScriptedPickPlace
+from r2s2r.control.grasp import grasp_yaw
+from r2s2r.core import ConfigError
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, SHIFTED_SPEED
 
 ROOT = Path(__file__).resolve().parents[2]

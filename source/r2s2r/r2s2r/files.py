@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 
 
 @contextmanager

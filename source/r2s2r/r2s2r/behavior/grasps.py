@@ -24,7 +24,7 @@ from scipy.spatial import ConvexHull, QhullError
 
 from r2s2r.cell.mjcf import FINGERS, hand_joint_names, object_body_name
 from r2s2r.cell.spec import ObjectCfg
-from r2s2r.control.scripted import GRASP_ROT, HAND_CLOSED, HAND_OPEN
+from r2s2r.control.grasp import GRASP_ROT, HAND_CLOSED, HAND_OPEN
 from r2s2r.geometry import rpy_to_mat
 
 SHAPES = ("box", "sphere", "cylinder", "capsule", "ellipsoid")

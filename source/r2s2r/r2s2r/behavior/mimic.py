@@ -32,13 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from r2s2r.behavior.annotate import FLEXORS, demo_annotation
 from r2s2r.behavior.base import BehaviorGenerator, GenerationError
-from r2s2r.cell.spec import ConfigError
-from r2s2r.control.scripted import grasp_yaw
+from r2s2r.control.grasp import grasp_yaw
+from r2s2r.core import ConfigError
+from r2s2r.data.annotate import FLEXORS, demo_annotation
 from r2s2r.data.hdf5 import DatasetError, DemoReader, pose_xyzw_to_wxyz
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
-from r2s2r.real.teleop import min_jerk
+from r2s2r.trajectory import interp_rows, min_jerk
 
 
 @dataclass(frozen=True)
@@ -159,14 +159,6 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
     return out
 
 
-def _interp(array: np.ndarray, tau: float) -> np.ndarray:
-    """Linear interpolation of rows at fractional index `tau` (clamped to the array)."""
-    tau = float(np.clip(tau, 0.0, len(array) - 1))
-    i = min(int(tau), len(array) - 2) if len(array) > 1 else 0
-    a = tau - i
-    return array[i] if len(array) == 1 else (1 - a) * array[i] + a * array[i + 1]
-
-
 def _wrap_half_turn(angle: float) -> float:
     """Angle in [-pi/2, pi/2): a power grasp across an axis is the same grasp turned by half a turn."""
     return (angle + np.pi / 2) % np.pi - np.pi / 2
@@ -269,7 +261,7 @@ class MimicGenerator(BehaviorGenerator):
         else:
             pos, vel = self.latched
             reference = pos + vel * (min(step, self.lift_step) - self.latch_step) * self.dt
-        return reference - _interp(self.b_src, tau) + np.array([0.0, 0.0, self.dz])
+        return reference - interp_rows(self.b_src, tau) + np.array([0.0, 0.0, self.dz])
 
     def __call__(self, obs: dict) -> np.ndarray:
         c, src = self.cfg, self.src
@@ -281,10 +273,10 @@ class MimicGenerator(BehaviorGenerator):
             velocity = np.asarray(obs["privileged"]["object_vel"][:3], dtype=float) * np.array([1.0, 1.0, 0.0])
             self.latched = (seen.copy(), velocity)
         tau = float(self.tau[min(k, len(self.tau) - 1)])
-        action = _interp(src.actions, tau)
+        action = interp_rows(src.actions, tau)
         pos_src, rot_src = action[:3], quat_to_mat(action[3:7])
         if tau < e0:  # intercept: follow the moving object as closely as the source hand followed its own
-            near = np.linalg.norm(pos_src[:2] - _interp(src.object_pos, tau)[:2])
+            near = np.linalg.norm(pos_src[:2] - interp_rows(src.object_pos, tau)[:2])
             lo, hi = c.track_radius
             w = float(min_jerk((hi - near) / (hi - lo)))
             offset, turn = self._object_offset(k, tau, seen), w
@@ -299,13 +291,13 @@ class MimicGenerator(BehaviorGenerator):
             offset, turn = self.bin_offset, 0.0
         # Turn about the (source) object so the grasp keeps its relation to the object's long axis.
         rz = rpy_to_mat((0.0, 0.0, turn * self.dyaw))
-        pivot = _interp(self.b_src, tau)
+        pivot = interp_rows(self.b_src, tau)
 
         def transform(p: np.ndarray) -> np.ndarray:
             return pivot + rz @ (p - pivot) + offset
 
         if tau < e1 and c.tracking_gain > 0:
-            error = transform(_interp(src.eef_pos, tau)) - np.asarray(obs["proprio"]["ee_pose"][:3], dtype=float)
+            error = transform(interp_rows(src.eef_pos, tau)) - np.asarray(obs["proprio"]["ee_pose"][:3], dtype=float)
             self.bias = self.bias + c.tracking_gain * error
             norm = np.linalg.norm(self.bias)
             if norm > c.max_bias:

@@ -31,9 +31,10 @@ from r2s2r.behavior.base import BehaviorGenerator, GenerationError
 from r2s2r.behavior.grasps import Grasp, GraspGenerator, GraspGeneratorCfg
 from r2s2r.cell import robots
 from r2s2r.cell.mjcf import STATIC, arm_joint_names, hand_joint_names, object_body_name
+from r2s2r.control.grasp import HAND_OPEN, HAND_RELEASE
 from r2s2r.control.ik import ArmIK
-from r2s2r.control.scripted import HAND_OPEN, HAND_RELEASE
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
+from r2s2r.trajectory import min_jerk, quintic
 
 
 @dataclass(frozen=True)
@@ -110,23 +111,6 @@ class PlannerCfg:
             if not ok:
                 raise ValueError(f"PlannerCfg.{name} = {value!r}: expected {expected}")
         return self
-
-
-def quintic(q0: np.ndarray, q1: np.ndarray, v0: np.ndarray, v1: np.ndarray, duration: float,
-            t: np.ndarray) -> np.ndarray:
-    """Quintic Hermite path from (q0, v0) to (q1, v1) with zero end accelerations, sampled at times `t` (k,)."""
-    s = np.clip(t / duration, 0.0, 1.0)[:, None]
-    s3, s4, s5 = s**3, s**4, s**5
-    h1 = 10 * s3 - 15 * s4 + 6 * s5
-    g0 = s - 6 * s3 + 8 * s4 - 3 * s5
-    g1 = -4 * s3 + 7 * s4 - 3 * s5
-    return q0 + h1 * (q1 - q0) + duration * (g0 * v0 + g1 * v1)
-
-
-def smoothstep5(s: np.ndarray | float) -> np.ndarray:
-    """0 -> 1 with zero first and second derivatives at both ends."""
-    s = np.clip(s, 0.0, 1.0)
-    return s**3 * (10 - 15 * s + 6 * s**2)
 
 
 class PlannerGenerator(BehaviorGenerator):
@@ -347,9 +331,9 @@ class PlannerGenerator(BehaviorGenerator):
     def _cartesian(self, t: np.ndarray, q_seed: np.ndarray) -> np.ndarray:
         """Joint path of descent, closure and lift at times `t`, by IK along the moving grasp."""
         cfg = self.cfg
-        pos = self._site_at(t) + self.correction * smoothstep5((t - self.t_pre) / cfg.descent_time)[:, None]
+        pos = self._site_at(t) + self.correction * min_jerk((t - self.t_pre) / cfg.descent_time)[:, None]
         tau = np.clip((t - self.t_pre) / cfg.descent_time, 0.0, 1.0)
-        pos[:, 2] += cfg.hover_height * (1.0 - smoothstep5(tau))
+        pos[:, 2] += cfg.hover_height * (1.0 - min_jerk(tau))
         lift = t > self.t_lift
         if lift.any():
             s = np.clip((t[lift] - self.t_lift) / cfg.lift_time, 0.0, 1.0)
@@ -357,8 +341,8 @@ class PlannerGenerator(BehaviorGenerator):
             # Shed the belt's velocity smoothly (the x velocity falls from v to 0 over the lift) while rising, and
             # hand any correction back, so the lift ends where the rest of the plan starts.
             pos[lift] = base + np.outer(cfg.lift_time * self.v * (s - s**3 + s**4 / 2), [1.0, 0.0, 0.0]) \
-                - np.outer(smoothstep5(s), self.correction)
-            pos[lift, 2] += cfg.lift_height * smoothstep5(s)
+                - np.outer(min_jerk(s), self.correction)
+            pos[lift, 2] += cfg.lift_height * min_jerk(s)
         out = np.zeros((len(t), 7))
         q = q_seed
         for i, p in enumerate(pos):
@@ -369,7 +353,7 @@ class PlannerGenerator(BehaviorGenerator):
     def _hand_closing(self, t: np.ndarray) -> np.ndarray:
         """Hand targets along the Cartesian segment: open, then the synergy closes over `close_time`."""
         t_meet = self.t_pre + self.cfg.descent_time
-        s = smoothstep5((t - t_meet) / self.cfg.close_time)[:, None]
+        s = min_jerk((t - t_meet) / self.cfg.close_time)[:, None]
         return HAND_OPEN + s * (self.grasp.hand_q - HAND_OPEN)
 
     def _solve(self, pos: np.ndarray, rot: np.ndarray, seed: np.ndarray, what: str,

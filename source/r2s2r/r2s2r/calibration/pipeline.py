@@ -194,8 +194,8 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     The session is read and checked whole first (`read_session`); an estimator that fails names the file and the
     part of the session it worked on."""
     from r2s2r.calibration import actuators, appearance, belt, camera, kinematics, registration
+    from r2s2r.calibration.rig import SimRig
     from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
-    from r2s2r.real.twin import TwinRig
 
     step = progress or (lambda what: None)
     cell = start.cell
@@ -207,7 +207,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         return _Stage(session_path, what)
 
     # -- cameras ---------------------------------------------------------------------------------------------
-    reference_rig = TwinRig(start.path)
+    reference_rig = SimRig(start.path)
     cameras = []
     for cam in cell.cameras:
         step(f"camera {cam.name}")

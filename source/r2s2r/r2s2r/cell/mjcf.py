@@ -17,7 +17,8 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell import robots
-from r2s2r.cell.spec import ArmCfg, BinCfg, BoardCfg, CellCfg, ConfigError, ObjectCfg
+from r2s2r.cell.spec import ArmCfg, BinCfg, BoardCfg, CellCfg, ObjectCfg
+from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
 from r2s2r.physics.base import PeriodicJoint
 

@@ -10,18 +10,12 @@ Only numbers are used; no meshes. Collision primitives are sized from the mesh e
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import yaml
 
-
-def assets_dir() -> Path:
-    """The project's `assets/` folder (overridable with R2S2R_ASSETS for installed copies)."""
-    env = os.environ.get("R2S2R_ASSETS")
-    return Path(env) if env else Path(__file__).resolve().parents[4] / "assets"
+from r2s2r.core import assets_dir
 
 
 @dataclass(frozen=True)

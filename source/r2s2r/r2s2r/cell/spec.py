@@ -13,50 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass, field
 from typing import Literal
 
+from r2s2r.core import ConfigError, check_number, require
+
 Vec3 = tuple[float, float, float]
 RGBA = tuple[float, float, float, float]
-
-
-class ConfigError(ValueError):
-    """A configuration value is outside what the cell accepts; the message names the field."""
-
-
-def require(ok: bool, fieldname: str, value: object, expected: str) -> None:
-    if not ok:
-        raise ConfigError(f"{fieldname} = {value!r}: expected {expected}")
-
-
-def check_number(fieldname: str, value: object, lo: float, hi: float, unit: str = "", *, n: int | None = None,
-                 integer: bool = False, lo_open: bool = False, hi_open: bool = False) -> None:
-    """`value` is a number (an integer if `integer`) between `lo` and `hi` (inclusive unless an end is open); with
-    `n`, a list of `n` such numbers.
-
-    Every numeric field of a world file and of a training config goes through here. The bounds are finite, so NaN
-    and +-inf fail the range test; strings, booleans and lists of the wrong length fail the type test. Errors name
-    the field (the element, for a list), the value and the range (`optim.lr = inf: expected a finite number in
-    (0, 1]`)."""
-    if n is not None:
-        require(isinstance(value, tuple | list) and len(value) == n, fieldname, value, f"a list of {n} numbers")
-        for i, v in enumerate(value):  # type: ignore[arg-type]
-            check_number(f"{fieldname}[{i}]", v, lo, hi, unit, integer=integer, lo_open=lo_open, hi_open=hi_open)
-        return
-    kind = numbers.Integral if integer else numbers.Real
-    ok = isinstance(value, kind) and not isinstance(value, bool)
-    if ok:
-        above = lo < value if lo_open else lo <= value  # type: ignore[operator]
-        below = value < hi if hi_open else value <= hi  # type: ignore[operator]
-        ok = bool(above and below)
-    interval = f"{'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
-    require(ok, fieldname, value, f"{'an integer' if integer else 'a finite number'} in {interval}"
-            + (f" {unit}" if unit else ""))
-
-
-def _bound(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
 
 
 def _check_flag(fieldname: str, value: object) -> None:

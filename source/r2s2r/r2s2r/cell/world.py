@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from r2s2r.cell.spec import CellCfg, ConfigError, require
-from r2s2r.overrides import apply_overrides, is_named_collection, item_key
+from r2s2r.cell.spec import CellCfg
+from r2s2r.core import ConfigError, apply_overrides, configs_dir, is_named_collection, item_key, require
 
 KINDS = ("nominal", "ungrounded", "grounded", "reality")
 
@@ -62,12 +62,6 @@ CALIBRATED: tuple[str, ...] = (
     "lighting.intensity_range",
     "lighting.tint",
 )
-
-
-def configs_dir() -> Path:
-    """The project's `configs/` folder (overridable with R2S2R_CONFIGS for installed copies)."""
-    env = os.environ.get("R2S2R_CONFIGS")
-    return Path(env) if env else Path(__file__).resolve().parents[4] / "configs"
 
 
 def world_path(name_or_path: str | os.PathLike) -> Path:

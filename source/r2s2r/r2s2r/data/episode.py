@@ -3,7 +3,7 @@
 Real and simulated datasets must hold the same fields for co-training, so both are built here: the policy
 observations (`obs/<camera>`, `obs/{arm_q, arm_dq, hand_q, ee_pose}`), the actions, the simulator state where
 there is one, and `obs/datagen_info` (poses x,y,z,w, tracked object and bin, hand targets, and the subtask term
-signals of `r2s2r.behavior.annotate`).
+signals of `r2s2r.data.annotate`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from r2s2r.behavior.annotate import annotate
+from r2s2r.data.annotate import annotate
 from r2s2r.data.hdf5 import pose_wxyz_to_xyzw
 
 # What the tracker (a real cell's object tracking, or the simulator's privileged state) reports each step.

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r2s2r.behavior import generator_cfg
-from r2s2r.cell.spec import ConfigError
-from r2s2r.overrides import apply_overrides
+from r2s2r.core import ConfigError, apply_overrides
 from r2s2r.tasks import TASKS
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
 

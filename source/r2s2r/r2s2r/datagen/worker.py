@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from r2s2r.behavior import GenerationError, make_generator
-from r2s2r.behavior.annotate import AnnotationError
+from r2s2r.data.annotate import AnnotationError
 from r2s2r.data.episode import EpisodeRecorder
 from r2s2r.data.hdf5 import DemoReader, DemoWriter
 from r2s2r.datagen.config import GenerateCfg

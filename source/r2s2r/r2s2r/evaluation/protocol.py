@@ -27,7 +27,7 @@ from typing import Protocol
 import numpy as np
 from tqdm import tqdm
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.evaluation.stats import wilson_interval
 from r2s2r.files import write_text_atomic
 from r2s2r.real.interface import RealCell

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.evaluation.protocol import GROUPS
-from r2s2r.files import atomic_path, write_text_atomic
 from r2s2r.evaluation.stats import correlation_undefined, mmrv, pearson, spearman
+from r2s2r.files import atomic_path, write_text_atomic
 
 
 def _check_summaries(summaries: object) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import mujoco
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
 
 BACKENDS = ("mujoco", "mujoco_warp")

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.files import atomic_path
 from r2s2r.policy.config import DOMAINS, PolicyCfg, TrainCfg, train_cfg_from_mapping
 from r2s2r.policy.model import FlowMatchingPolicy

@@ -1,7 +1,8 @@
 """Configuration of the policy and of a co-training run.
 
 `TrainCfg` is what `configs/train.yaml` (Hydra) describes; `train_cfg_from_mapping` turns the composed config into
-these dataclasses, type-checking every field through `r2s2r.overrides` so a typo is an error naming the field.
+these dataclasses, type-checking every field through `r2s2r.core.apply_overrides` so a typo is an error naming the
+field.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
-from r2s2r.cell.spec import ConfigError, check_number, require
-from r2s2r.overrides import apply_overrides
+from r2s2r.core import ConfigError, apply_overrides, check_number, require
 
 PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")  # what a policy may observe
 DEFAULT_PROPRIO = PROPRIO_KEYS[:4]  # the flow transformer's (the robot's own state)
@@ -271,7 +271,7 @@ def compose_train_cfg(overrides: list[str] | tuple[str, ...] = ()) -> TrainCfg:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from r2s2r.cell.world import configs_dir
+    from r2s2r.core import configs_dir
 
     try:
         with initialize_config_dir(str(configs_dir() / "train"), version_base="1.3"):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 from r2s2r.policy.config import DOMAINS, PolicyCfg
 from r2s2r.policy.data import LoadedDataset
 from r2s2r.policy.model import FlowMatchingPolicy

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from r2s2r.cell.spec import ConfigError
-from r2s2r.control.scripted import grasp_yaw
+from r2s2r.control.grasp import grasp_yaw
+from r2s2r.core import ConfigError
 from r2s2r.data.hdf5 import pose_xyzw_to_wxyz
 from r2s2r.geometry import quat_to_mat
 

@@ -26,24 +26,11 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from r2s2r.control.scripted import (
-    GRASP_OFFSET,
-    GRASP_ROT,
-    HAND_CLOSED,
-    HAND_OPEN,
-    HAND_RELEASE,
-    ScriptedPickPlace,
-    grasp_yaw,
-)
+from r2s2r.behavior.scripted import ScriptedCfg
+from r2s2r.control.grasp import GRASP_OFFSET, GRASP_ROT, HAND_CLOSED, HAND_OPEN, HAND_RELEASE, grasp_yaw
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rotation_error, rpy_to_mat
 from r2s2r.real.interface import DEFAULT_PROMPT, RealCell, StepResult
-
-
-def min_jerk(tau: np.ndarray | float) -> np.ndarray | float:
-    """Normalised minimum-jerk position profile: 0 at tau <= 0, 1 at tau >= 1, zero velocity and acceleration
-    at both ends."""
-    tau = np.clip(tau, 0.0, 1.0)
-    return tau**3 * (10.0 - 15.0 * tau + 6.0 * tau**2)
+from r2s2r.trajectory import min_jerk
 
 
 def _axis_angle_to_mat(v: np.ndarray) -> np.ndarray:
@@ -91,10 +78,10 @@ class TeleopCfg:
     opening_rate: tuple[float, float] = (3.0, 5.0)  # rad/s of finger opening at release
     release_dwell: tuple[float, float] = (0.6, 0.9)  # s the hand stays over the bin after opening starts
     # Fixed traits (m and s): where the arm meets objects, carry height, and the slip test after the lift.
-    pick_x_min: float = ScriptedPickPlace.pick_x_min
+    pick_x_min: float = ScriptedCfg.pick_x_min
     pick_x_max: float = 0.6  # downstream of this the operator lets the object go
     patience: float = 15.0  # s: an object not yet picked by then is given up on
-    carry_height: float = ScriptedPickPlace.carry_height
+    carry_height: float = ScriptedCfg.carry_height
     align_tolerance: float = 0.02  # m between hand and grasp point (horizontal) before descending
     yaw_tolerance: float = 0.05  # rad
     max_yaw: float = 2.0  # rad either way from the home orientation: beyond it the wrist runs out of range

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import mujoco
 
-from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.cell.spec import CellCfg
+from r2s2r.core import ConfigError
 from r2s2r.render.base import RenderBackend
 
 RENDERERS = ("mujoco_gl", "mujoco_warp")

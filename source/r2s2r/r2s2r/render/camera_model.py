@@ -31,7 +31,8 @@ import math
 import cv2
 import numpy as np
 
-from r2s2r.cell.spec import ConfigError, LensCfg
+from r2s2r.cell.spec import LensCfg
+from r2s2r.core import ConfigError
 
 MAX_RESOLUTION = 4096
 MAX_RAY_ANGLE_DEG = 80.0

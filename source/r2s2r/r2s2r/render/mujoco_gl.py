@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import mujoco
 import numpy as np
 
-from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.cell.spec import CellCfg
+from r2s2r.core import ConfigError
 from r2s2r.physics.base import PhysicsBackend
 from r2s2r.render.base import RenderBackend
 

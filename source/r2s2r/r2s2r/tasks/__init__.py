@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import gymnasium as gym
 
-from r2s2r.cell.spec import ConfigError
+from r2s2r.core import ConfigError
 
 PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
 REAL_TASK = "R2S2R-PickSort-Real-v0"  # the reality twin: the real side, whose datasets count as real data

@@ -15,9 +15,10 @@ import gymnasium as gym
 import numpy as np
 
 from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
-from r2s2r.cell.spec import ConfigError, LightingCfg, ObjectCfg
+from r2s2r.cell.spec import LightingCfg, ObjectCfg
 from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
+from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, quat_to_mat
 from r2s2r.physics import make_physics
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg

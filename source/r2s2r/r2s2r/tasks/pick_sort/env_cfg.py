@@ -6,7 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Literal
 
-from r2s2r.cell.spec import CellCfg, ConfigError
+from r2s2r.cell.spec import CellCfg
+from r2s2r.core import ConfigError
 
 
 @dataclass(frozen=True)

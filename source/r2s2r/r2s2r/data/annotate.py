@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from r2s2r.cell.spec import CellCfg
-from r2s2r.control.scripted import HAND_CLOSED
+from r2s2r.control.grasp import HAND_CLOSED
 
 SUBTASKS = ("intercept", "grasp", "carry", "release")
 TERM_SIGNALS = SUBTASKS[:-1]  # the last subtask ends with the demo

@@ -1,19 +1,77 @@
-"""Typed overrides of frozen config dataclasses, from nested mappings (world files) or `a.b.c=value` arguments.
+"""The base layer every package builds on; it imports nothing else of r2s2r, so any module can use it.
 
-One path for both: a dotted command-line override becomes a nested mapping and goes through the same type checks
-as a world file. Collections of named items (arms, cameras, objects, ...) are addressed by item name. Errors name
-the field, the value and what was expected.
+* `ConfigError` and the checks that raise it: a configuration value outside what is accepted, the message naming
+  the field, the value and what was expected.
+* Typed overrides of frozen config dataclasses, from nested mappings (world files) or `a.b.c=value` arguments.
+  One path for both: a dotted command-line override becomes a nested mapping and goes through the same type checks
+  as a world file. Collections of named items (arms, cameras, objects, ...) are addressed by item name.
+* The project's `configs/` and `assets/` folders.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from r2s2r.cell.spec import ConfigError
+# The repository root (core.py is source/r2s2r/r2s2r/core.py); installed copies point the folders elsewhere.
+_ROOT = Path(__file__).resolve().parents[3]
+
+
+class ConfigError(ValueError):
+    """A configuration value (a world file, a training or run config, a command-line option) is outside what is
+    accepted; the message names the field."""
+
+
+def require(ok: bool, fieldname: str, value: object, expected: str) -> None:
+    if not ok:
+        raise ConfigError(f"{fieldname} = {value!r}: expected {expected}")
+
+
+def check_number(fieldname: str, value: object, lo: float, hi: float, unit: str = "", *, n: int | None = None,
+                 integer: bool = False, lo_open: bool = False, hi_open: bool = False) -> None:
+    """`value` is a number (an integer if `integer`) between `lo` and `hi` (inclusive unless an end is open); with
+    `n`, a list of `n` such numbers.
+
+    Every numeric field of a world file and of a training config goes through here. The bounds are finite, so NaN
+    and +-inf fail the range test; strings, booleans and lists of the wrong length fail the type test. Errors name
+    the field (the element, for a list), the value and the range (`optim.lr = inf: expected a finite number in
+    (0, 1]`)."""
+    if n is not None:
+        require(isinstance(value, tuple | list) and len(value) == n, fieldname, value, f"a list of {n} numbers")
+        for i, v in enumerate(value):  # type: ignore[arg-type]
+            check_number(f"{fieldname}[{i}]", v, lo, hi, unit, integer=integer, lo_open=lo_open, hi_open=hi_open)
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if ok:
+        above = lo < value if lo_open else lo <= value  # type: ignore[operator]
+        below = value < hi if hi_open else value <= hi  # type: ignore[operator]
+        ok = bool(above and below)
+    interval = f"{'(' if lo_open else '['}{_bound(lo)}, {_bound(hi)}{')' if hi_open else ']'}"
+    require(ok, fieldname, value, f"{'an integer' if integer else 'a finite number'} in {interval}"
+            + (f" {unit}" if unit else ""))
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def configs_dir() -> Path:
+    """The project's `configs/` folder (overridable with R2S2R_CONFIGS for installed copies)."""
+    env = os.environ.get("R2S2R_CONFIGS")
+    return Path(env) if env else _ROOT / "configs"
+
+
+def assets_dir() -> Path:
+    """The project's `assets/` folder (overridable with R2S2R_ASSETS for installed copies)."""
+    env = os.environ.get("R2S2R_ASSETS")
+    return Path(env) if env else _ROOT / "assets"
 
 
 def item_key(item: Any) -> str:
