@@ -53,6 +53,14 @@ def run_tool(script: str, *args: str, cwd: Path, timeout: float = 120, code: str
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
+def run_tool_in_process(script: str, *args: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
+    """`run_tool` in this process (conftest.run_script_in_process): for the argument and output-path checks, which
+    end before any work, where a subprocess per case would mostly measure interpreter start-up."""
+    from conftest import run_script_in_process
+
+    return run_script_in_process(script, *args, cwd=cwd, monkeypatch=monkeypatch, capsys=capsys)
+
+
 def write_dataset(path: Path, demos: int = 2, steps: int = 12, size: int = 16) -> Path:
     """A tiny robomimic-layout dataset with one camera (right_wrist) and random content."""
     rng = np.random.default_rng(0)
@@ -101,6 +109,7 @@ NUMERIC_FIELDS = [
     ("object_centric.lighting_augmentation", False, 0, 10, False, False),
     ("object_centric.keypoint_weight", False, 0, 1000, False, False),
     ("object_centric.state_noise", False, 0, 1, False, False),
+    ("object_centric.hand_shift_fraction", False, 0, 1, False, False),
     ("object_centric.control_hz", False, 0, 1000, True, False),
     ("object_centric.holdout_demos", True, 0, 10**6, False, False),
 ]
@@ -144,6 +153,11 @@ def _config_cases() -> list[ConfigCase]:
     add("optim.lr", "1" * 400, "an integer of 400 digits", "expected a number of magnitude",
         case_id="optim.lr=<an integer of 400 digits>")
     add("policy.dim", "36", "36", "expected a multiple of 8")
+    # A list field: its length, and each element's range named by its index.
+    add("object_centric.hand_shift", "[0.01,0.01]", "[0.01, 0.01]", "expected a list of 3 numbers")
+    for value, element, shown in (("[0.01,nan,0.01]", 1, "nan"), ("[0.01,0.01,2.0]", 2, "2.0")):
+        cases.append(ConfigCase(f"object_centric.hand_shift={value}", (f"object_centric.hand_shift={value}",),
+                                (f"object_centric.hand_shift[{element}] = {shown}", "expected a finite number in [0, 1]")))
     cases.append(ConfigCase("policy.heads=3 (does not divide dim)", ("policy.heads=3",),
                             ("policy.dim = 16", "expected a multiple of policy.heads (3)")))
     cases.append(ConfigCase("policy.execute > chunk", ("policy.chunk=4", "policy.execute=5"),
@@ -405,11 +419,12 @@ ARGUMENT_CASES = [(f"{tool} {option} {value}", tool, option, value)
 
 
 @pytest.mark.parametrize("case_id, tool, option, value", ARGUMENT_CASES, ids=[c[0] for c in ARGUMENT_CASES])
-def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, value, tmp_path):
-    result = run_tool(tool, *_TOOLS[tool], f"{option}={value}", cwd=tmp_path, timeout=60)
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert f"argument {option}: invalid value {value!r}: expected" in result.stderr, result.stderr
+def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, value, tmp_path, monkeypatch, capsys):
+    code, stderr = run_tool_in_process(tool, *_TOOLS[tool], f"{option}={value}", cwd=tmp_path,
+                                       monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    assert f"argument {option}: invalid value {value!r}: expected" in stderr, stderr
     assert listing(tmp_path) == []
 
 
@@ -436,7 +451,7 @@ OUTPUT_CASES = [
 
 
 @pytest.mark.parametrize("case_id, args, option", OUTPUT_CASES, ids=[c[0] for c in OUTPUT_CASES])
-def test_unwritable_output_is_refused_before_any_work(case_id, args, option, tmp_path):
+def test_unwritable_output_is_refused_before_any_work(case_id, args, option, tmp_path, monkeypatch, capsys):
     folder, file = tmp_path / "existing", tmp_path / "existing_file"
     folder.mkdir()
     file.write_text("keep me\n")
@@ -445,10 +460,15 @@ def test_unwritable_output_is_refused_before_any_work(case_id, args, option, tmp
     before = listing(tmp_path)
     filled = [a.replace("{dir}", str(folder)).replace("{file}", str(file)) for a in args]
     target = next(a for a in filled if str(tmp_path) in a).split("=")[-1]
-    result = run_tool(case_id.split()[0], *filled, cwd=tmp_path, timeout=60)
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert option in result.stderr and repr(target) in result.stderr and "expected" in result.stderr, result.stderr
+    tool = case_id.split()[0]
+    if tool == "train.py":  # a Hydra application: run as a program
+        result = run_tool(tool, *filled, cwd=tmp_path, timeout=60)
+        code, stderr = result.returncode, result.stderr
+    else:
+        code, stderr = run_tool_in_process(tool, *filled, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2, stderr
+    assert "Traceback" not in stderr, stderr
+    assert option in stderr and repr(target) in stderr and "expected" in stderr, stderr
     assert listing(tmp_path) == before and file.read_text() == "keep me\n"
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -13,12 +15,13 @@ from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
 from r2s2r.policy.agent import load_agent
-from r2s2r.policy.checkpoint import CheckpointError
+from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
-from r2s2r.policy.object_centric import (BIN, BLIND_VAR, FEATURE_STRIDE, NEAR, NEAR_FIELD, POS, SIZE, YAW,
+from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, NEAR,
+                                         NEAR_FIELD, OFFSET, POS, SIZE, TRACKED_DIM, YAW,
                                          BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator,
-                                         frame_labels, keypoint_pixels, keypoint_target)
+                                         frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
 
@@ -31,6 +34,45 @@ def oc_overrides(run_dir, datasets, **extra) -> list[str]:
               "object_centric.estimator_batch": 16, "object_centric.head_batch": 32, "object_centric.hidden": 64,
               **extra}
     return [f"{k}={v}" for k, v in values.items()] + [f"data.datasets=[{listed}]"]
+
+
+def assert_hand_shift_keeps_the_world(trainer: ObjectCentricTrainer) -> None:
+    """Hand-displacement augmentation moves the hand, not the world: drawn from the same samples with and without a
+    shift, the object's, its bin's and every target's absolute position (hand + offset) agree, the hand itself moved,
+    and the near-field input follows the shifted offset."""
+    m = trainer.model
+
+    def draw(fraction: float) -> tuple[np.ndarray, np.ndarray]:
+        oc = dataclasses.replace(trainer.cfg.object_centric, hand_shift=(0.02, 0.02, 0.01),
+                                 hand_shift_fraction=fraction, state_noise=0.0)
+        trainer.cfg = dataclasses.replace(trainer.cfg, object_centric=oc)
+        trainer.rng = np.random.default_rng(7)
+        trainer.generator.manual_seed(7)
+        x, y = trainer.head_batch()
+        return (x * m.input_std + m.input_mean).numpy(), (y * m.action_std + m.action_mean).numpy()
+
+    (x0, y0), (x1, y1) = draw(0.0), draw(1.0)
+    ee0, ee1 = x0[:, HEAD_EE_POS], x1[:, HEAD_EE_POS]
+    assert np.all(np.linalg.norm(ee1 - ee0, axis=1) > 1e-4)
+    for cols in (OFFSET, BIN_OFFSET):
+        np.testing.assert_allclose(x1[:, cols] + ee1, x0[:, cols] + ee0, atol=1e-4)
+    np.testing.assert_allclose(y1[..., :3] + ee1[:, None], y0[..., :3] + ee0[:, None], atol=1e-4)
+    np.testing.assert_allclose(y1[..., 3:], y0[..., 3:], atol=1e-5)
+    np.testing.assert_allclose(x1[:, NEAR], NEAR_FIELD * np.tanh(x1[:, OFFSET] / NEAR_FIELD), atol=1e-5)
+    untouched = np.ones(x0.shape[1], bool)
+    for cols in (OFFSET, BIN_OFFSET, NEAR, HEAD_EE_POS):
+        untouched[cols] = False
+    np.testing.assert_allclose(x1[:, untouched], x0[:, untouched], atol=1e-5)
+
+
+def test_head_input_columns_hold_what_their_names_say():
+    rng = np.random.default_rng(0)
+    tracked, proprio = rng.normal(size=(5, TRACKED_DIM)), rng.normal(size=(5, 35))
+    ee = proprio[:, EE_POS]
+    x = head_input(tracked, ee, proprio)
+    np.testing.assert_allclose(x[:, OFFSET], tracked[:, :3] - ee, atol=1e-6)
+    np.testing.assert_allclose(x[:, BIN_OFFSET], tracked[:, 14:17] - ee, atol=1e-6)  # bin: the last 3 tracked
+    np.testing.assert_allclose(x[:, HEAD_EE_POS], ee, atol=1e-6)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -88,7 +130,8 @@ def test_frame_labels_follow_the_tracker_fields():
 
 def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_datasets):
     datasets = [(policy_datasets["real"], 0.5), (policy_datasets["sim"], 0.5)]
-    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", datasets, **{"object_centric.holdout_demos": 1}))
+    holdout = {"object_centric.holdout_demos": 1}
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", datasets, **holdout))
     trainer = ObjectCentricTrainer(cfg)
     result = trainer.run(progress=False)
     log = [json.loads(line) for line in (tmp_path / "run" / "log.jsonl").read_text().splitlines()]
@@ -105,6 +148,7 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     close = np.abs(offset) < 0.003
     np.testing.assert_allclose(near[close], offset[close], atol=1e-5)
     assert np.all(np.abs(near) <= NEAR_FIELD)
+    assert_hand_shift_keeps_the_world(trainer)
     report = json.loads((tmp_path / "run" / "perception.json").read_text())
     assert report["demos"] == 1 and report["approach"]["tracker_xy"]["frames"] > 0
     assert np.isfinite(report["approach"]["tracker_xy"]["median_cm"])
@@ -113,9 +157,22 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     # A finished run is left as it is; another config in the same folder is refused.
     again = ObjectCentricTrainer(cfg).run(progress=False)
     assert again.checkpoint == result.checkpoint
-    changed = compose_train_cfg(oc_overrides(tmp_path / "run", datasets, **{"object_centric.keypoints": 8}))
-    with pytest.raises(CheckpointError, match="another config .differs in object_centric"):
+    changed = compose_train_cfg(oc_overrides(tmp_path / "run", datasets, **holdout, **{"object_centric.keypoints": 8}))
+    with pytest.raises(CheckpointError, match="another config .differs in object_centric.keypoints"):
         ObjectCentricTrainer(changed).run(progress=False)
+    # An estimator copied into another folder is reused by a head trained with other head-only settings; a change
+    # the estimator depends on is still refused there.
+    (tmp_path / "head").mkdir()
+    shutil.copy(tmp_path / "run" / "estimator.pt", tmp_path / "head" / "estimator.pt")
+    head_only = {**holdout, "object_centric.hidden": 32, "object_centric.hand_shift_fraction": 1.0, "steps": 20}
+    with pytest.raises(CheckpointError, match="differs in object_centric.keypoints"):
+        ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "head", datasets, **head_only,
+                                                            **{"object_centric.keypoints": 8}))).run(progress=False)
+    retrained = ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "head", datasets, **head_only)))
+    assert retrained.run(progress=False).resumed_from == cfg.object_centric.estimator_steps
+    first, second = (load_checkpoint(r)["model"] for r in (result.checkpoint, tmp_path / "head" / "policy.pt"))
+    assert all(torch.equal(first[k], second[k]) for k in first if k.startswith("estimator."))
+    assert second["head.net.0.weight"].shape[0] == 32
 
     agent = load_agent(result.checkpoint)
     assert isinstance(agent, ObjectCentricAgent)

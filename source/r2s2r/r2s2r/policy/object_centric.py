@@ -51,7 +51,11 @@ TRACKED_DIM = 3 + 3 + 3 + 2 + 3 + 3
 # few centimetres at the scale of the whole input.
 NEAR_FIELD = 0.05  # m
 STATE_DIM = TRACKED_DIM + 3
-NEAR = slice(TRACKED_DIM, STATE_DIM)  # the near-field offset's columns in the head's input
+# Columns of the head's input (`head_input`) that hold positions relative to the hand.
+OFFSET = slice(0, 3)  # the object's
+BIN_OFFSET = slice(14, 17)  # its bin's
+NEAR = slice(TRACKED_DIM, STATE_DIM)  # the near-field offset
+HEAD_EE_POS = slice(STATE_DIM + EE_POS.start, STATE_DIM + EE_POS.stop)  # the hand's own position (proprio)
 
 
 def near_field(offset):

@@ -27,11 +27,30 @@ from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, 
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BLIND_VAR, EE_POS, EE_POSE, HEAD_PROPRIO, NEAR, POS, SETPOINT,
-                                         TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
+from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
+                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
                                          estimator_loss, head_input, keypoint_loss, near_field, object_locator,
                                          photometric, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
+
+
+# Fields only the head's training reads: a run folder whose estimator.pt was trained under other values of these (a
+# head retrained with other settings, or an estimator copied from another run folder) reuses that estimator.
+HEAD_ONLY_FIELDS = ("run_dir", "steps", "log_every", "checkpoint_every", "threads", "policy.execute",
+                    "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
+                    "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction")
+
+
+def config_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields where two config mappings differ (a field missing on one side differs)."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += config_differences(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
 
 
 def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
@@ -246,12 +265,20 @@ class ObjectCentricTrainer:
             t = self.rng.integers(0, len(inputs), size=int((which == k).sum()))
             x_parts.append(inputs[t])
             y_parts.append(targets[t])
-        x = torch.from_numpy(np.concatenate(x_parts))
-        # The tracked position as the estimator places unseen images: noisier than its own training frames.
-        x[:, :3] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
-        x[:, NEAR] = near_field(x[:, :3])
+        x, y = torch.from_numpy(np.concatenate(x_parts)), torch.from_numpy(np.concatenate(y_parts))
+        # The hand displaced by `shift` with the object, its bin and the chunk's absolute targets where they were:
+        # every hand-relative position moves by +shift, the hand's own by -shift. (arm_q is left as recorded: a
+        # centimetre is a few hundredths of a radian, and the head reads the hand's position from ee_pose.)
+        shift = torch.randn((len(x), 3), generator=self.generator) * torch.tensor(oc.hand_shift)
+        shift *= torch.rand((len(x), 1), generator=self.generator) < oc.hand_shift_fraction
+        x[:, OFFSET] += shift
+        x[:, BIN_OFFSET] += shift
+        x[:, HEAD_EE_POS] -= shift
+        y[..., :3] += shift[:, None, :]
+        x[:, OFFSET] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
+        x[:, NEAR] = near_field(x[:, OFFSET])
         m = self.model
-        return (x - m.input_mean) / m.input_std, (torch.from_numpy(np.concatenate(y_parts)) - m.action_mean) / m.action_std
+        return (x - m.input_mean) / m.input_std, (y - m.action_mean) / m.action_std
 
     def head_update(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
         head = self.model.head
@@ -272,20 +299,21 @@ class ObjectCentricTrainer:
     def run(self, progress: bool = True) -> TrainResult:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
-        for existing in (final, stage1):
+        for existing, ignored in ((final, ()), (stage1, HEAD_ONLY_FIELDS)):
             if existing.exists():
-                stored = load_checkpoint(existing)["cfg"]
-                if stored != cfg_dict(self.cfg):
-                    diff = sorted(k for k in set(stored) | set(cfg_dict(self.cfg))
-                                  if stored.get(k) != cfg_dict(self.cfg).get(k))
+                diff = [k for k in config_differences(load_checkpoint(existing)["cfg"], cfg_dict(self.cfg))
+                        if k not in ignored]
+                if diff:
                     raise CheckpointError(f"{existing}: the run folder holds a run with another config (differs in "
                                           f"{', '.join(diff)}); use another run_dir or the same config")
         if final.exists():
             return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
         write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
         resumed = 0
-        if stage1.exists():
-            self.model.load_state_dict(load_checkpoint(stage1)["model"])
+        if stage1.exists():  # the estimator and its label statistics; the head starts afresh
+            stored = load_checkpoint(stage1)["model"]
+            self.model.load_state_dict({k: v for k, v in stored.items() if k.startswith(("estimator.", "label_"))},
+                                       strict=False)
             self.model.estimator.eval()
             resumed = self.cfg.object_centric.estimator_steps
         else:
