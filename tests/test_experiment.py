@@ -13,15 +13,122 @@ from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies
 from r2s2r.tasks import REAL_TASK
 
 
-def test_smoke_experiment_produces_the_full_table_and_resumes(tmp_path):
-    run_dir = tmp_path / "smoke"
-    result = run_script("experiment.py", "--scale", "smoke", "--run-dir", str(run_dir), timeout=1500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((run_dir / "report" / "experiment.json").read_text())
+# A stand-in for the four stage scripts (collect_real.py, generate.py, train.py, evaluate.py), run by the experiment
+# as it runs them: it fails unless every file the stage reads exists (so stages run after what they read) and writes
+# the stage's outputs; an evaluation's results are the ones the test prepared for that policy and task, refused
+# unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
+# benchmarks/bench_experiment.py (stage times in docs/benchmarks.md); each is tested end to end on its own.
+STUB = """
+import json, os, re, sys, time
+from pathlib import Path
+
+time.sleep(0.1)  # stages.json keeps wall times to 0.1 s: every stage's is then above 0
+script, args = Path(sys.argv[0]).name, sys.argv[1:]
+def value(option, default=None):
+    return args[args.index(option) + 1] if option in args else default
+inputs = [a.split("=", 1)[1] for a in args if a.startswith("generator.source=")]
+inputs += [m for a in args if a.startswith("data.datasets=") for m in re.findall(r"path: ([^,}]+)", a)]
+if script == "evaluate.py":
+    inputs.append(value("--checkpoint"))
+missing = [i for i in inputs if not Path(i).exists()]
+if missing:
+    sys.exit(f"{script}: missing inputs {missing}")
+if script in ("collect_real.py", "generate.py"):
+    Path(value("--output")).parent.mkdir(parents=True, exist_ok=True)
+    Path(value("--output")).write_text("stub dataset")
+elif script == "train.py":
+    run = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
+    run.mkdir(parents=True, exist_ok=True)
+    (run / "policy.pt").write_text("stub checkpoint")
+else:
+    name, task = value("--names"), value("--task", os.environ["STUB_REAL_TASK"])
+    summary = json.loads(Path(os.environ["STUB_RESULTS"]).read_text())[name][task]
+    if summary["overall"]["trials"] != int(value("--trials")):
+        sys.exit(f"--trials {value('--trials')}: the prepared results have {summary['overall']['trials']}")
+    out = Path(value("--output")) / task
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"policies": {name: summary}}))
+"""
+
+
+def test_smoke_stages_are_accepted_by_their_scripts_and_read_what_earlier_stages_write(tmp_path):
+    """Every stage's command line as its script parses it, and every file a stage reads is written by a stage it
+    waits for."""
+    import importlib.util
+
+    from conftest import ROOT
+    from r2s2r.core import parse_dotted
+    from r2s2r.datagen import make_generate_cfg
+    from r2s2r.policy.config import compose_train_cfg
+
+    def load(script):
+        spec = importlib.util.spec_from_file_location(f"_stage_{script}", ROOT / "scripts" / f"{script}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    parsers = {name: load(name).parse_args for name in ("collect_real", "generate", "evaluate")}
+    stages = plan(tmp_path, SCALES["smoke"])
+    outputs = {s.name: set(map(str, s.done_when)) for s in stages}
+    for stage in stages:
+        script, args = stage.command[1].rsplit("/", 1)[-1], stage.command[2:]
+        if script == "train.py":
+            cfg = compose_train_cfg(args)
+            reads, writes = [d.path for d in cfg.data.datasets], [f"{cfg.run_dir}/policy.pt"]
+        else:
+            parsed = parsers[script[:-3]](args)
+            if script == "generate.py":
+                cfg = make_generate_cfg(parsed.task, parsed.num_trajectories, parsed.seed,
+                                        parse_dotted(parsed.overrides))
+                reads = [cfg.generator.source] if hasattr(cfg.generator, "source") else []
+            else:
+                reads = parsed.checkpoint if script == "evaluate.py" else []
+            task = getattr(parsed, "task", None) if script == "evaluate.py" else None
+            writes = [f"{parsed.output}/{task}/results.json"] if task else [str(parsed.output)]
+        assert set(map(str, writes)) == outputs[stage.name], stage.name
+        for path in reads:
+            assert any(str(path) in outputs[dep] for dep in stage.after), (stage.name, path)
+
+
+def test_smoke_experiment_produces_the_full_table_and_resumes(tmp_path, monkeypatch, capsys):
+    """experiment.py's own run: stages side by side in dependency order, stages.json, the report, and a rerun that
+    skips every stage and makes the same report; the stage scripts are the stand-in above."""
+    import importlib.util
+
+    import r2s2r.experiment
+    from conftest import ROOT
+    from r2s2r.evaluation.protocol import make_protocol, summarize
+
     scale = SCALES["smoke"]
     names = list(policies(scale))
+    stubs = tmp_path / "scripts"
+    stubs.mkdir()
+    for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py"):
+        (stubs / script).write_text(STUB)
+    results = {}
+    for k, name in enumerate(names):  # a different success pattern per policy and task
+        results[name] = {}
+        for j, (task, n) in enumerate([(REAL_TASK, scale.eval_trials)]
+                                      + [(t, scale.sim_eval_trials) for t in SIM_EVAL_TASKS.values()]):
+            rows = [{"index": t.index, "condition": t.condition, "success": (t.index + k + j) % 3 == 0}
+                    for t in make_protocol(n)]
+            results[name][task] = summarize(rows)
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    monkeypatch.setenv("STUB_RESULTS", str(tmp_path / "results.json"))
+    monkeypatch.setenv("STUB_REAL_TASK", REAL_TASK)
+    monkeypatch.setattr(r2s2r.experiment, "SCRIPTS", stubs)
+    spec = importlib.util.spec_from_file_location("_experiment_script", ROOT / "scripts" / "experiment.py")
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+
+    run_dir = tmp_path / "smoke"
+    code = experiment.main(["--scale", "smoke", "--run-dir", str(run_dir)])
+    out = capsys.readouterr()
+    assert code == 0, out.out[-3000:] + out.err[-3000:]
+    report = json.loads((run_dir / "report" / "experiment.json").read_text())
     assert set(report["real"]) == set(names)
-    for summary in report["real"].values():
+    for name, summary in report["real"].items():
+        assert summary == results[name][REAL_TASK]
         assert summary["overall"]["trials"] == scale.eval_trials
         assert summary["nominal"]["trials"] + summary["shifted"]["trials"] == scale.eval_trials
     assert len(report["table"]) == len(CONFIGS) == 4
@@ -36,24 +143,27 @@ def test_smoke_experiment_produces_the_full_table_and_resumes(tmp_path):
     stages = json.loads((run_dir / "stages.json").read_text())
     assert {s.name for s in plan(run_dir, scale)} == set(stages)
     assert all(e["status"] == "complete" and e["wall_s"] > 0 for e in stages.values())
+    assert out.out.count("[start]") == len(stages) and "[skip]" not in out.out
     markdown = (run_dir / "report" / "experiment.md").read_text()
     assert "Main effect of world grounding" in markdown and "real_only" in markdown
     assert (run_dir / "report" / REAL_TASK / "results.png").stat().st_size > 0
 
     # Rerun: every stage is found complete and skipped; the report is made again from the same results.
     start = time.time()
-    again = run_script("experiment.py", "--scale", "smoke", "--run-dir", str(run_dir))
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.count("[skip]") == len(stages) and "[start]" not in again.stdout
+    assert experiment.main(["--scale", "smoke", "--run-dir", str(run_dir)]) == 0
+    again = capsys.readouterr().out
+    assert again.count("[skip]") == len(stages) and "[start]" not in again
     assert json.loads((run_dir / "report" / "experiment.json").read_text())["real"] == report["real"]
     assert time.time() - start < 60
 
 
 def test_a_failed_stage_stops_its_dependents_and_names_its_log(tmp_path):
     run_dir = tmp_path / "broken"
-    # Corrupt real data in place: collection is skipped (its output exists), everything that reads it fails.
+    # Corrupt real data in place: collection is skipped (its output exists), everything that reads it fails. The
+    # configurations without source demos get corrupt data too, so no stage spends time generating.
     (run_dir / "data").mkdir(parents=True)
-    (run_dir / "data" / "real.hdf5").write_text("not a dataset")
+    for name in ("real", "sim_wg_bu", "sim_wu_bu"):
+        (run_dir / "data" / f"{name}.hdf5").write_text("not a dataset")
     result = run_script("experiment.py", "--scale", "smoke", "--run-dir", str(run_dir), "--jobs", "1", timeout=900)
     assert result.returncode == 1
     assert "[FAILED] sim_wg_bg" in result.stdout and "logs/sim_wg_bg.log" in result.stdout

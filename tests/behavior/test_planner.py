@@ -9,9 +9,9 @@ from r2s2r.behavior.base import GenerationError
 from r2s2r.behavior.planner import PlannerCfg, PlannerGenerator
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
-# Measured: 18/20 nominal seeds succeed, 8/8 of seeds 0..7; 6 of them must.
-ADMISSION_SEEDS = range(8)
-ADMISSION_MIN = 6
+# Pinned: a nominal seed the planner's trajectory succeeds on. Its rate over 20 nominal seeds is measured by
+# benchmarks/bench_success.py (18 of 20, docs/benchmarks.md).
+ADMITTED_SEED = 0
 
 
 @pytest.fixture(scope="module")
@@ -82,12 +82,6 @@ def test_bad_config_names_the_field():
         PlannerCfg(velocity_fraction=1.5).validate()
 
 
-def test_admission_rate(env, planner):
-    successes = 0
-    for seed in ADMISSION_SEEDS:
-        try:
-            _, _, _, info = _run(env, planner, seed)
-        except GenerationError:
-            continue
-        successes += info["success"]
-    assert successes >= ADMISSION_MIN
+def test_a_pinned_nominal_seed_is_admitted(env, planner):
+    _, _, _, info = _run(env, planner, ADMITTED_SEED)
+    assert info["success"] and info["failure"] is None, info

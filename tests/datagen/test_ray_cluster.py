@@ -2,7 +2,9 @@
 
 Each node has its own temporary folder (its scratch folder is in it) and runs in its own mount namespace where
 the output folder is an empty read-only file system (where `unshare -m` is allowed; elsewhere the nodes could
-see it, and only the rest is checked). Only the driver, `scripts/generate.py`, sees the output folder.
+see it, and only the rest is checked). Only the driver, `scripts/generate.py`, sees the output folder. The cluster
+runs mimic generation from recorded demos (the source file, given by an absolute path, is read on the nodes), and
+must make the same dataset as one process.
 """
 
 import json
@@ -22,7 +24,8 @@ from conftest import ROOT, assert_same_demos, dataset_contents
 from r2s2r.core import parse_dotted
 from r2s2r.datagen import generate, make_generate_cfg
 
-TASK = "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"  # the planner: no source demos to record first
+TASK = "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"  # the planner: no source demos needed
+CLUSTER_TASK = "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"  # mimic, from the session's recorded demos
 SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_size=1"]
 N, SEED = 2, 5
 RAY = Path(sys.executable).with_name("ray")
@@ -127,11 +130,12 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def reference(tmp_path_factory, real_demos):
     """The dataset one process makes with the same config and seed."""
     out = tmp_path_factory.mktemp("one_process") / "sim.hdf5"
     started = time.monotonic()
-    generate(make_generate_cfg(TASK, N, SEED, parse_dotted(SMALL)), out, progress=False)
+    generate(make_generate_cfg(CLUSTER_TASK, N, SEED, parse_dotted([*SMALL, f"generator.source={real_demos}"])), out,
+             progress=False)
     return out, time.monotonic() - started
 
 
@@ -148,16 +152,18 @@ def cluster(tmp_path):
         c.stop()
 
 
-def generate_args(c: Cluster) -> list[str]:
-    return [sys.executable, str(ROOT / "scripts" / "generate.py"), "--task", TASK, "--num-trajectories", str(N),
-            "--seed", str(SEED), "--output", str(c.hidden / "sim.hdf5"), "--log-json", str(c.hidden / "chunks.jsonl"),
-            "--no-progress", "--ray-address", c.address, *SMALL]
+def generate_args(c: Cluster, source: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "scripts" / "generate.py"), "--task", CLUSTER_TASK, "--num-trajectories",
+            str(N), "--seed", str(SEED), "--output", str(c.hidden / "sim.hdf5"), "--log-json",
+            str(c.hidden / "chunks.jsonl"), "--no-progress", "--ray-address", c.address, *SMALL,
+            f"generator.source={source}"]
 
 
 @pytest.mark.ray
-def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(reference, cluster):
+def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(reference, cluster, real_demos):
     started = time.monotonic()
-    r = subprocess.run(generate_args(cluster), capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600)
+    r = subprocess.run(generate_args(cluster, real_demos), capture_output=True, text=True, env=ENV, cwd=ROOT,
+                       timeout=600)
     wall = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
     assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
@@ -179,8 +185,8 @@ def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(refere
 
 
 @pytest.mark.ray
-def test_a_lost_node_loses_no_trajectory(reference, cluster):
-    proc = subprocess.Popen(generate_args(cluster), env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+def test_a_lost_node_loses_no_trajectory(reference, cluster, real_demos):
+    proc = subprocess.Popen(generate_args(cluster, real_demos), env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         scratch = cluster.second / "scratch" / "r2s2r-chunks"

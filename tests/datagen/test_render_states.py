@@ -18,8 +18,21 @@ def _blocks(images: np.ndarray) -> np.ndarray:
 def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets):
     """The oracle is the recording itself: the twin's right wrist view rendered from each stored state equals the
     recorded frame up to sensor noise (and the state of a second later would not); a new camera joins it,
-    everything else is copied as it was, and a rerun renders nothing again."""
-    source, out = policy_datasets["real"], tmp_path / "wrist.hdf5"
+    everything else is copied as it was, and a rerun renders nothing again. On the first 80 steps of the first
+    recorded demo (every rendered step costs two twin images): the hand reaches out over the moving belt."""
+    from r2s2r.data.hdf5 import DemoWriter
+
+    def first_steps(node, steps: int, keep: int):  # every per-step array cut to its first `keep` rows
+        if isinstance(node, dict):
+            return {k: v if k == "initial_state" else first_steps(v, steps, keep) for k, v in node.items()}
+        return node[:keep] if getattr(node, "ndim", 0) and len(node) == steps else node
+
+    source, out = tmp_path / "one_demo.hdf5", tmp_path / "wrist.hdf5"
+    with DemoReader(policy_datasets["real"]) as reader:
+        env_args = {k: v for k, v in reader.env_args.items() if k not in ("env_name", "type")}
+        demo = reader.load(reader.names[0])
+        with DemoWriter(source, reader.env_name, env_args) as writer:
+            writer.append(first_steps(demo, len(demo["actions"]), 80), reader.attrs(reader.names[0]))
     result = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
                         "--output", str(out), "--no-progress")
     assert result.returncode == 0, result.stderr

