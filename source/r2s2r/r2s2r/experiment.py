@@ -141,6 +141,9 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
             "--output", evaluation, "--no-progress",
             *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
             [evaluation / REAL_TASK / "results.json"], after=[f"train_{name}"]))
+    # Sim as evaluator last: an experiment stopped part-way has the real-side table first.
+    for name in policies(scale):
+        run, evaluation = run_dir / "train" / name, run_dir / "eval" / name
         for world, task in SIM_EVAL_TASKS.items():
             stages.append(Stage(f"simeval_{world}_{name}", _script(
                 "evaluate.py", "--checkpoint", run / "policy.pt", "--names", name, "--task", task, "--trials",
