@@ -77,7 +77,7 @@ def test_another_reality_file_works_without_code_changes(tmp_path, monkeypatch):
     monkeypatch.setenv("R2S2R_REALITY_FILE", str(copy))
     assert reality_file() == copy
     env = make_twin_env(cameras=())
-    assert env.world.path == copy and env.latency == load_world(copy).cell.arm("right").latency_steps
+    assert env.world.path == copy and env.sim.latency == load_world(copy).cell.arm("right").latency_steps
     monkeypatch.setenv("R2S2R_REALITY_FILE", str(tmp_path / "missing.yaml"))
     with pytest.raises(ConfigError, match="missing.yaml"):
         reality_file()

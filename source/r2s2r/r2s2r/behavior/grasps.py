@@ -22,8 +22,9 @@ import mujoco
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
-from r2s2r.cell.mjcf import FINGERS, hand_joint_names, object_body_name
+from r2s2r.cell.mjcf import FINGERS, object_body_name
 from r2s2r.cell.spec import ObjectCfg
+from r2s2r.sim import CellIndex
 from r2s2r.control.grasp import GRASP_ROT, HAND_CLOSED, HAND_OPEN
 from r2s2r.geometry import rpy_to_mat
 
@@ -185,8 +186,8 @@ class GraspGenerator:
         spheres = self.capsules[m.geom_type[self.capsules] == mujoco.mjtGeom.mjGEOM_SPHERE]
         m.geom_size[spheres, 1] = 0.0
         self.palm_geom = int(np.flatnonzero(self.hand_geom & (m.geom_bodyid == hand_root))[0])
-        self.hand_qadr = np.array([m.joint(n).qposadr[0] for n in hand_joint_names("right")])
-        self.site = m.site("right_grasp").id
+        index = CellIndex.of(m)
+        self.hand_qadr, self.site = index.hand_qadr, index.grasp_site
         mujoco.mj_kinematics(m, self.data)
         self.site_pos = self.data.site_xpos[self.site].copy()
         self.site_rot = self.data.site_xmat[self.site].reshape(3, 3).copy()

@@ -30,7 +30,7 @@ import numpy as np
 from r2s2r.behavior.base import BehaviorGenerator, GenerationError
 from r2s2r.behavior.grasps import Grasp, GraspGenerator, GraspGeneratorCfg
 from r2s2r.cell import robots
-from r2s2r.cell.mjcf import STATIC, arm_joint_names, hand_joint_names, object_body_name
+from r2s2r.cell.mjcf import STATIC, object_body_name
 from r2s2r.control.grasp import HAND_OPEN, HAND_RELEASE
 from r2s2r.control.ik import ArmIK
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
@@ -142,9 +142,7 @@ class PlannerGenerator(BehaviorGenerator):
         self.home = np.array(env.cell.arm("right").home_q)
         self.ik = ArmIK(self.scene, "right", home_q=self.home)
         self.vmax = np.array([link.velocity for link in robots.rizon4s().links])
-        self.arm_qadr = np.array([m.joint(n).qposadr[0] for n in arm_joint_names("right")])
-        self.hand_qadr = np.array([m.joint(n).qposadr[0] for n in hand_joint_names("right")])
-        self.site = m.site("right_grasp").id
+        self.arm_qadr, self.hand_qadr, self.site = env.index.arm_qadr, env.index.hand_qadr, env.index.grasp_site
         right = m.body_rootid[m.geom_bodyid] == m.body("right_base").id
         left = m.body_rootid[m.geom_bodyid] == m.body("left_base").id
         solid = m.geom_contype > 0

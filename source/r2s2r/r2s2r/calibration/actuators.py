@@ -24,8 +24,9 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from r2s2r.calibration import CalibrationError
-from r2s2r.cell.mjcf import arm_joint_names, build_model
+from r2s2r.cell.mjcf import build_model
 from r2s2r.cell.spec import ARM_DOF, CellCfg
+from r2s2r.sim import CellIndex, delayed
 
 SIDE = "right"
 MAX_LATENCY = 20  # physics steps; what `ArmCfg.validate` accepts
@@ -120,10 +121,8 @@ class _ArmSim:
         m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
         self.model = m
         self.data = mujoco.MjData(m)
-        names = arm_joint_names(SIDE)
-        self.act = np.array([m.actuator(n).id for n in names])
-        self.qadr = np.array([m.joint(n).qposadr[0] for n in names])
-        self.dof = np.array([m.joint(n).dofadr[0] for n in names])
+        index = CellIndex.of(m)
+        self.act, self.qadr, self.dof = index.arm_act, index.arm_qadr, index.arm_dadr
         self.h = float(m.opt.timestep)
 
     def set_joint(self, j: int, kp: float, damping: float, friction: float) -> None:
@@ -146,12 +145,6 @@ class _ArmSim:
             mujoco.mj_step(m, d)
             out[k] = d.qpos[self.qadr]
         return out
-
-
-def _delayed(targets: np.ndarray, latency: int) -> np.ndarray:
-    """What the drive acts on at each step: targets `latency` steps late, holding the first before that."""
-    idx = np.maximum(np.arange(len(targets)) - latency, 0)
-    return targets[idx]
 
 
 def _windows(targets: np.ndarray) -> list[tuple[int, int]]:
@@ -195,7 +188,7 @@ def _estimate_latency(sim: _ArmSim, targets: np.ndarray, log: np.ndarray, window
         stop = min(a + span, len(targets))
         rec = log[a:stop, j] - log[a - 1, j]
         for lat in range(MAX_LATENCY + 1):
-            ctrl = _delayed(targets, lat)[a:stop]
+            ctrl = delayed(targets, lat)[a:stop]
             simulated = sim.run(q0, v0, ctrl)[:, j] - log[a - 1, j]
             scale = float(simulated @ rec) / max(float(simulated @ simulated), 1e-30)
             cost[lat] += float(np.sum((scale * simulated - rec) ** 2)) / max(float(rec @ rec), 1e-30)
@@ -234,7 +227,7 @@ def identify_actuators(cell: CellCfg, targets: np.ndarray, log: np.ndarray) -> A
     arm = cell.arm(SIDE)
     sim = _ArmSim(cell)
     latency = _estimate_latency(sim, targets, log, windows)
-    ctrl = _delayed(targets, latency)
+    ctrl = delayed(targets, latency)
 
     kp = np.array(arm.kp, dtype=float)
     damping = np.array(arm.joint_damping, dtype=float)

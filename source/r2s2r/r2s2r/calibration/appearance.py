@@ -11,14 +11,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import mujoco
 import numpy as np
 
 from r2s2r.calibration import CalibrationError
-from r2s2r.cell.mjcf import belt_periodic, build_model, object_body_name
 from r2s2r.cell.spec import CellCfg, LightingCfg
-from r2s2r.physics import make_physics
-from r2s2r.render import make_renderer
+from r2s2r.sim import CellSim
 
 MIN_PIXELS = 30  # an object covering fewer pixels than this gives no reliable colour
 ITERATIONS = 3
@@ -29,18 +26,16 @@ def estimate_colours(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, camer
     if not scenes:
         raise CalibrationError("appearance: no scene images recorded")
     height, width = scenes[0][0].shape[:2]
-    model = build_model(cell)
-    physics = make_physics("mujoco", model, 1, (belt_periodic(model, cell),))
+    sim = CellSim(cell)
     colours = {name: np.array(rgba[:3], dtype=float) for name, rgba in cell.colours.items()}
     samples: dict[str, list[tuple]] = defaultdict(list)
-    with make_renderer("mujoco_gl", model, cell, [camera], width, height, shadows=cell.shadows) as renderer:
+    with sim.renderer("mujoco_gl", [camera], width, height) as renderer:
 
         def render(info: dict, rgb) -> np.ndarray:
             """The simulated camera image with the tracked object at its pose, painted `rgb`."""
-            geom = model.geom(object_body_name(_object(cell, info["object"]))).id
-            _place(model, physics, info)
-            model.geom_rgba[geom] = (*rgb, 1.0)
-            return renderer.render(physics)[camera]["rgb"][0].astype(float) / 255.0
+            _place(sim, info)
+            sim.paint_objects(_object(cell, info["object"]), (*rgb, 1.0))
+            return renderer.render(sim.physics)[camera]["rgb"][0].astype(float) / 255.0
 
         for image, info in scenes:
             if image.shape[:2] != (height, width):
@@ -78,20 +73,17 @@ def estimate_lighting(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, came
     if len(scenes) < 4:
         raise CalibrationError(f"lighting: {len(scenes)} scene images; at least 4 needed to estimate a range")
     height, width = scenes[0][0].shape[:2]
-    model = build_model(cell)
-    physics = make_physics("mujoco", model, 1, (belt_periodic(model, cell),))
-    diffuse = model.light_diffuse.copy()
+    sim = CellSim(cell)
     gains = []
-    with make_renderer("mujoco_gl", model, cell, [camera], width, height, shadows=cell.shadows) as renderer:
+    with sim.renderer("mujoco_gl", [camera], width, height) as renderer:
         for image, info in scenes:
-            _place(model, physics, info)
-            model.geom_rgba[model.geom(object_body_name(_object(cell, info["object"]))).id] = cell.colours[
-                info["colour"]]
+            _place(sim, info)
+            sim.paint_objects(_object(cell, info["object"]), cell.colours[info["colour"]])
             frames = []
             for level in (1.0, 0.5):
-                model.light_diffuse[:] = diffuse * level
-                frames.append(renderer.render(physics)[camera]["rgb"][0].astype(float) / 255.0)
-            model.light_diffuse[:] = diffuse
+                sim.set_lights(level)
+                frames.append(renderer.render(sim.physics)[camera]["rgb"][0].astype(float) / 255.0)
+            sim.set_lights()
             slope = 2.0 * (frames[0] - frames[1])  # d(pixel) / d(gain)
             offset = frames[0] - slope
             real = image.astype(float) / 255.0
@@ -122,9 +114,11 @@ def _object(cell: CellCfg, name: str):
     raise CalibrationError(f"appearance: unknown object {name!r} in the recorded tracker info")
 
 
-def _place(model: mujoco.MjModel, physics, info: dict) -> None:
+def _place(sim: CellSim, info: dict) -> None:
+    """The cell at home with the tracked object at its recorded pose."""
+    model = sim.model
     qpos = model.key_qpos[0].copy()
-    adr = model.joint(f"obj_{info['object']}").qposadr[0]
+    _, _, adr, _ = sim.object_address(_object(sim.cell, info["object"]))
     qpos[adr:adr + 3] = info["object_pos"]
     qpos[adr + 3:adr + 7] = info["object_quat"]
-    physics.reset(qpos, np.zeros(model.nv), model.key_ctrl[0])
+    sim.physics.reset(qpos, np.zeros(model.nv), model.key_ctrl[0])

@@ -29,6 +29,7 @@ from r2s2r.cell import robots
 from r2s2r.cell.mjcf import ROBOT, arm_joint_names, build_model
 from r2s2r.cell.spec import ARM_DOF, CellCfg
 from r2s2r.geometry import quat_to_mat
+from r2s2r.sim import CellIndex
 
 SIDE = "right"
 # Distance kept from each joint limit when sampling configurations (rad).
@@ -183,7 +184,7 @@ class _ArmFK:
         self.link_ids = [self.model.body(f"{SIDE}_link{i + 1}").id for i in range(ARM_DOF)]
         self.base_id = self.model.body(f"{SIDE}_base").id
         self.base_rot = quat_to_mat(self.model.body_quat[self.base_id])
-        self.qadr = np.array([self.model.joint(n).qposadr[0] for n in arm_joint_names(SIDE)])
+        self.qadr = CellIndex.of(self.model).arm_qadr
         self.site = self.model.site(f"{SIDE}_flange").id
 
     def set(self, offsets: np.ndarray, tilt: np.ndarray) -> None:

@@ -15,14 +15,11 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY, conveyor_points, robot_base_points
-from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, object_body_name
 from r2s2r.cell.spec import BoardCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
-from r2s2r.physics import make_physics
-from r2s2r.render import make_renderer
-from r2s2r.tasks.pick_sort.env import lighting_gain, vary_lights
+from r2s2r.sim import CellSim, belt_drive_speed, delayed, lighting_gain
 
 TRACKER_NOISE = 0.0003  # m, per axis (laser tracker)
 OBJECT_TRACKER_NOISE = 0.0005  # m, per axis (camera-based object tracker)
@@ -45,24 +42,18 @@ class SimRig:
 
     def __init__(self, path: str | os.PathLike):
         self.cell = load_world(path).cell.replace(calibration_board=CALIBRATION_BOARD)
-        self.model = build_model(self.cell)
-        self.physics = make_physics("mujoco", self.model, 1, (belt_periodic(self.model, self.cell),))
+        self.sim = CellSim(self.cell)
+        self.model, self.physics, self.index = self.sim.model, self.sim.physics, self.sim.index
         self.physics_hz = 1.0 / self.model.opt.timestep
-        m = self.model
-        self.arm_qadr = np.array([m.joint(n).qposadr[0] for n in arm_joint_names("right")])
-        self.arm_act = np.array([m.actuator(n).id for n in arm_joint_names("right")])
-        self.board_mocap = m.body("calibration_board").mocapid[0]
-        self.latency = self.cell.arm("right").latency_steps
+        self.board_mocap = self.model.body("calibration_board").mocapid[0]
         self._home()
 
     def _home(self) -> mujoco.MjData:
-        m = self.model
-        self.physics.reset(m.key_qpos[0], np.zeros(m.nv), m.key_ctrl[0])
-        return self.physics.host_data(0)
+        return self.sim.home()
 
     def _renderer(self, camera: str, width: int, height: int):
-        return make_renderer("mujoco_gl", self.model, self.cell, [camera], width, height, shadows=self.cell.shadows,
-                             supersample=CALIBRATION_SUPERSAMPLE[self._lens(camera).model])
+        return self.sim.renderer("mujoco_gl", [camera], width, height,
+                                 supersample=CALIBRATION_SUPERSAMPLE[self._lens(camera).model])
 
     def _lens(self, camera: str):
         return next(c.lens for c in self.cell.cameras if c.name == camera)
@@ -151,18 +142,15 @@ class SimRig:
         rng, light_rng = np.random.default_rng(seed), np.random.default_rng((seed, 2))
         m, cell, belt = self.model, self.cell, self.cell.belt
         colours = sorted(cell.colours)
-        nominal_lights = (m.light_pos.copy(), m.light_diffuse.copy())
         out = []
         with self._renderer(camera, width, height) as renderer:
             for i in range(count):
                 d = self._home()
-                vary_lights(m, *nominal_lights, light_rng, scale=(1.0, 1.0), tint=0.0, jitter=0.0,
-                            gain=lighting_gain(cell.lighting, light_rng))
+                self.sim.vary_lights(light_rng, gain=lighting_gain(cell.lighting, light_rng))
                 obj = cell.objects[i % len(cell.objects)]
                 colour = colours[i % len(colours)]
-                geom = m.geom(object_body_name(obj)).id
-                m.geom_rgba[geom] = cell.colours[colour]
-                adr = m.joint(object_body_name(obj)).qposadr[0]
+                self.sim.paint_objects(obj, cell.colours[colour])
+                _, _, adr, _ = self.sim.object_address(obj)
                 pos = np.array(belt.center) + rpy_to_mat((0, 0, belt.yaw)) @ np.array(
                     [rng.uniform(0.0, 0.3), rng.uniform(-0.05, 0.05), obj.half_height + 0.001])
                 d.qpos[adr:adr + 3] = pos
@@ -171,8 +159,8 @@ class SimRig:
                 tracked = pos + rng.normal(0, OBJECT_TRACKER_NOISE, 3)
                 out.append((image, {"object": obj.name, "colour": colour, "object_pos": tracked,
                                     "object_quat": d.qpos[adr + 3:adr + 7].copy()}))
-                m.geom_rgba[geom] = (0.8, 0.8, 0.8, 1.0)
-        m.light_pos[:], m.light_diffuse[:] = nominal_lights
+        self.sim.paint_objects()
+        self.sim.set_lights()
         self._home()
         return out
 
@@ -195,7 +183,7 @@ class SimRig:
         site = self.model.site("right_flange").id
         readings, positions = [], []
         for row in q:
-            d.qpos[self.arm_qadr] = row
+            d.qpos[self.index.arm_qadr] = row
             mujoco.mj_kinematics(self.model, d)
             readings.append(np.round(row / ENCODER_RESOLUTION) * ENCODER_RESOLUTION)
             positions.append(d.site_xpos[site] + rng.normal(0, TRACKER_NOISE, 3))
@@ -208,16 +196,17 @@ class SimRig:
         if targets.ndim != 2 or targets.shape[1] != 7:
             raise ConfigError(f"targets has shape {targets.shape}: expected (T, 7) joint targets")
         m = self.model
+        ix = self.index
         qpos, ctrl = m.key_qpos[0].copy(), m.key_ctrl[0].copy()
-        qpos[self.arm_qadr] = targets[0]
-        ctrl[self.arm_act] = targets[0]
+        qpos[ix.arm_qadr] = targets[0]
+        ctrl[ix.arm_act] = targets[0]
         self.physics.reset(qpos, np.zeros(m.nv), ctrl)
         d = self.physics.host_data(0)
         log = np.empty_like(targets)
-        for k in range(len(targets)):
-            d.ctrl[self.arm_act] = targets[max(k - self.latency, 0)]  # the drive sees targets `latency` steps late
+        for k, row in enumerate(delayed(targets, self.sim.latency)):
+            d.ctrl[ix.arm_act] = row
             mujoco.mj_step(m, d)
-            log[k] = d.qpos[self.arm_qadr]
+            log[k] = d.qpos[ix.arm_qadr]
         self._home()
         return np.round(log / ENCODER_RESOLUTION) * ENCODER_RESOLUTION
 
@@ -228,22 +217,22 @@ class SimRig:
         rng = np.random.default_rng(13)
         obj = self.cell.objects[0]
         qpos, qvel, ctrl = m.key_qpos[0].copy(), np.zeros(m.nv), m.key_ctrl[0].copy()
-        adr, dadr = m.joint(object_body_name(obj)).qposadr[0], m.joint(object_body_name(obj)).dofadr[0]
+        body, _, adr, dadr = self.sim.object_address(obj)
         start = np.array(belt.center) + rpy_to_mat((0, 0, belt.yaw)) @ np.array([-0.7, 0.0, obj.half_height + 0.001])
         qpos[adr:adr + 3] = start
-        speed = commanded_speed * belt.speed_scale
-        belt_dof, belt_act = m.joint("belt_slide").dofadr[0], m.actuator("belt_drive").id
-        qvel[belt_dof] = qvel[dadr] = speed
+        speed = belt_drive_speed(belt, commanded_speed, None)
+        belt_act = self.index.belt_act
+        qvel[self.index.belt_dof] = qvel[dadr] = speed
         ctrl[belt_act] = speed
         self.physics.reset(qpos, qvel, ctrl)
         d = self.physics.host_data(0)
         period = int(round(0.02 * self.physics_hz))  # tracker at 50 Hz; the belt's jitter redrawn as in the task
         times, positions = [], []
         for k in range(int(seconds * self.physics_hz / period)):
-            d.ctrl[belt_act] = speed * (1.0 + belt.speed_jitter * rng.standard_normal())
+            d.ctrl[belt_act] = belt_drive_speed(belt, commanded_speed, rng)
             self.physics.step(period)
             times.append(d.time)
-            positions.append(d.xpos[m.body(object_body_name(obj)).id] + rng.normal(0, OBJECT_TRACKER_NOISE, 3))
+            positions.append(d.xpos[body] + rng.normal(0, OBJECT_TRACKER_NOISE, 3))
         self._home()
         return np.array(times), np.array(positions)
 

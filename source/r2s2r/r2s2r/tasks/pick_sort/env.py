@@ -14,35 +14,17 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
-from r2s2r.cell.spec import LightingCfg, ObjectCfg
+from r2s2r.cell.spec import ObjectCfg
 from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, quat_to_mat
-from r2s2r.physics import make_physics
+from r2s2r.sim import CellSim, belt_drive_speed, lighting_gain
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
 
 FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
 SETTLE_SPEED = 0.05  # m/s: an object slower than this is at rest
 LIFTED_HEIGHT = 0.06  # m above the belt surface: the object has been picked up
-
-
-def vary_lights(model, nominal_pos: np.ndarray, nominal_diffuse: np.ndarray, rng: np.random.Generator,
-                scale: tuple[float, float], tint: float, jitter: float, gain: np.ndarray | None = None) -> None:
-    """Set the model's lights to a draw around their nominal state: each light's intensity scaled by a factor in
-    `scale` and each of its colour channels by 1 + U(-tint, tint), its position moved by up to `jitter` m per axis;
-    then every light multiplied by the RGB `gain` (see `lighting_gain`)."""
-    model.light_pos[:] = nominal_pos + rng.uniform(-jitter, jitter, nominal_pos.shape)
-    factor = rng.uniform(*scale, (len(nominal_diffuse), 1))
-    tints = 1.0 + rng.uniform(-tint, tint, nominal_diffuse.shape)
-    gain = np.ones(3) if gain is None else gain
-    model.light_diffuse[:] = np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
-
-
-def lighting_gain(lighting: LightingCfg, rng: np.random.Generator) -> np.ndarray:
-    """One trial's lighting of the cell (its `LightingCfg`): an intensity factor times per-channel tint factors."""
-    return rng.uniform(*lighting.intensity_range) * (1.0 + rng.uniform(-lighting.tint, lighting.tint, 3))
 
 
 class PickSortEnv(gym.Env):
@@ -60,40 +42,25 @@ class PickSortEnv(gym.Env):
         self.cell = cell
         self.condition_name = cfg.condition
         self.condition = CONDITIONS[cfg.condition]
-        self.model = build_model(cell)
-        m = self.model
-        self.physics = make_physics(cfg.physics, m, 1, (belt_periodic(m, cell),))
+        self.sim = CellSim(cell, cfg.physics)
+        m = self.model = self.sim.model
+        self.physics = self.sim.physics
+        self.index = self.sim.index
         self.renderer = None
         if cfg.cameras:
-            from r2s2r.render import make_renderer
-
             h, w = cfg.image_size
-            self.renderer = make_renderer(cfg.renderer, m, cell, cfg.cameras, w, h, shadows=cell.shadows)
+            self.renderer = self.sim.renderer(cfg.renderer, cfg.cameras, w, h)
         self.substeps = round(1.0 / (cfg.control_hz * cell.physics.timestep))
         self.max_steps = int(round(cfg.episode_seconds * cfg.control_hz))
 
-        right = cell.arm("right")
-        self.latency = right.latency_steps
-        if self.latency >= self.substeps:
-            raise ConfigError(f"arms.right.latency_steps = {self.latency}: expected fewer than the {self.substeps} "
-                              f"physics steps of one control period")
-        self.ik = ArmIK(m, "right", home_q=np.array(right.home_q))
-        self.arm_act = np.array([m.actuator(n).id for n in arm_joint_names("right")])
-        self.hand_act = np.array([m.actuator(n).id for n in hand_joint_names("right")])
-        self.arm_qadr = np.array([m.joint(n).qposadr[0] for n in arm_joint_names("right")])
-        self.hand_qadr = np.array([m.joint(n).qposadr[0] for n in hand_joint_names("right")])
-        self.arm_dadr = np.array([m.joint(n).dofadr[0] for n in arm_joint_names("right")])
-        self.hand_dadr = np.array([m.joint(n).dofadr[0] for n in hand_joint_names("right")])
-        self.belt_act = m.actuator("belt_drive").id
-        self.belt_dof = m.joint("belt_slide").dofadr[0]
-        self.grasp_site = m.site("right_grasp").id
-        # The right arm's subtree (arm and hand): an object touching it is held or being grasped.
-        self.robot_bodies = m.body_rootid == m.body("right_base").id
+        if self.sim.latency >= self.substeps:
+            raise ConfigError(f"arms.right.latency_steps = {self.sim.latency}: expected fewer than the "
+                              f"{self.substeps} physics steps of one control period")
+        self.ik = ArmIK(m, "right", home_q=np.array(cell.arm("right").home_q))
         self.objects: tuple[ObjectCfg, ...] = cell.novel_objects if self.condition.novel_objects else cell.objects
         self.all_objects = cell.objects + cell.novel_objects
         self.colours = sorted(cell.colours)
         self.bins = {b.colour: b for b in cell.bins}
-        self._light_nominal = (m.light_pos.copy(), m.light_diffuse.copy())
 
         self.action_space = gym.spaces.Box(-np.inf, np.inf, shape=(27,), dtype=np.float64)
         images = {}
@@ -139,13 +106,8 @@ class PickSortEnv(gym.Env):
         self._randomize_lights(rng)
 
         qpos, ctrl, qvel = m.key_qpos[0].copy(), m.key_ctrl[0].copy(), np.zeros(m.nv)
-        self.obj_body = m.body(object_body_name(self.obj)).id
-        self.obj_geom = m.geom(object_body_name(self.obj)).id
-        for o in self.all_objects:  # a clean grey for every parked object, the episode's colour for the active one
-            m.geom_rgba[m.geom(object_body_name(o)).id] = (0.8, 0.8, 0.8, 1.0)
-        m.geom_rgba[self.obj_geom] = cell.colours[self.colour]
-        jnt = m.joint(object_body_name(self.obj))
-        self.obj_qadr, self.obj_dadr = jnt.qposadr[0], jnt.dofadr[0]
+        self.obj_body, self.obj_geom, self.obj_qadr, self.obj_dadr = self.sim.object_address(self.obj)
+        self.sim.paint_objects(self.obj, cell.colours[self.colour])
         delay = rng.uniform(*cfg.spawn_delay)
         x0 = max(cfg.spawn_x - self.belt_speed * delay, -cell.belt.length / 2 + 0.08 + cell.belt.center[0])
         y0 = cell.belt.center[1] + rng.uniform(*cfg.lateral_range)
@@ -153,10 +115,10 @@ class PickSortEnv(gym.Env):
         qpos[self.obj_qadr:self.obj_qadr + 3] = (x0, y0, z0)
         yaw = rng.uniform(-np.pi, np.pi) if self.obj.shape in ("box", "ellipsoid") else 0.0
         qpos[self.obj_qadr + 3:self.obj_qadr + 7] = (np.cos(yaw / 2), 0, 0, np.sin(yaw / 2))
-        true_speed = self.belt_speed * cell.belt.speed_scale
+        true_speed = belt_drive_speed(cell.belt, self.belt_speed, None)
         qvel[self.obj_dadr] = true_speed
-        qvel[self.belt_dof] = true_speed
-        ctrl[self.belt_act] = true_speed
+        qvel[self.index.belt_dof] = true_speed
+        ctrl[self.index.belt_act] = true_speed
         self.physics.reset(qpos, qvel, ctrl)
         self._ctrl = ctrl
         self.steps = 0
@@ -181,8 +143,8 @@ class PickSortEnv(gym.Env):
         # The condition's shift (per light) on top of the cell's own trial-to-trial lighting, which draws from a
         # stream of its own so that a cell without lighting variation samples its episodes as before.
         c = self.condition
-        vary_lights(self.model, *self._light_nominal, rng, scale=c.light_scale, tint=c.light_tint,
-                    jitter=c.light_jitter, gain=lighting_gain(self.cell.lighting, self._light_rng))
+        self.sim.vary_lights(rng, scale=c.light_scale, tint=c.light_tint, jitter=c.light_jitter,
+                             gain=lighting_gain(self.cell.lighting, self._light_rng))
 
     # ----------------------------------------------------------------------------------------------------------
     def step(self, action):
@@ -193,20 +155,12 @@ class PickSortEnv(gym.Env):
             raise ValueError("action contains NaN or inf")
         if self.cfg.action_mode == "ee_pose":
             quat = action[3:7] / max(np.linalg.norm(action[3:7]), 1e-9)
-            q_arm, _ = self.ik.solve(self._ctrl[self.arm_act], action[:3], quat_to_mat(quat),
+            q_arm, _ = self.ik.solve(self._ctrl[self.index.arm_act], action[:3], quat_to_mat(quat),
                                      iterations=self.cfg.ik_iterations)
         else:
             q_arm = action[:7]
-        belt = self.cell.belt
-        jitter = 1.0 + belt.speed_jitter * self._belt_rng.standard_normal() if belt.speed_jitter else 1.0
-        self._ctrl[self.belt_act] = self.belt_speed * belt.speed_scale * jitter
-        if self.latency:  # the previous targets stay in force until the new ones reach the drives
-            self.physics.set_ctrl(self._ctrl)
-            self.physics.step(self.latency)
-        self._ctrl[self.arm_act] = q_arm
-        self._ctrl[self.hand_act] = action[7:]
-        self.physics.set_ctrl(self._ctrl)
-        self.physics.step(self.substeps - self.latency)
+        self._ctrl[self.index.belt_act] = belt_drive_speed(self.cell.belt, self.belt_speed, self._belt_rng)
+        self.sim.control_period(self._ctrl, q_arm, action[7:], self.substeps)
         self.steps += 1
         failure, success = self._evaluate()
         obs = self.observe()
@@ -242,7 +196,8 @@ class PickSortEnv(gym.Env):
         g1, g2 = d.contact.geom1[:d.ncon], d.contact.geom2[:d.ncon]
         b1, b2 = self.model.geom_bodyid[g1], self.model.geom_bodyid[g2]
         obj = self.obj_body
-        return bool(np.any((b1 == obj) & self.robot_bodies[b2]) or np.any((b2 == obj) & self.robot_bodies[b1]))
+        robot = self.index.robot_bodies  # an object touching the right arm or hand is held or being grasped
+        return bool(np.any((b1 == obj) & robot[b2]) or np.any((b2 == obj) & robot[b1]))
 
     def _bin_containing(self, pos: np.ndarray) -> str | None:
         for colour, b in self.bins.items():
@@ -256,12 +211,13 @@ class PickSortEnv(gym.Env):
         """The observation of the current physics state (what reset and step return; after `set_state`, what the
         cameras would have seen there)."""
         d = self.physics.host_data(0)
-        ee_rot = d.site_xmat[self.grasp_site].reshape(3, 3)
+        ix = self.index
+        ee_rot = d.site_xmat[ix.grasp_site].reshape(3, 3)
         proprio = {
-            "arm_q": d.qpos[self.arm_qadr].copy(),
-            "arm_dq": d.qvel[self.arm_dadr].copy(),
-            "hand_q": d.qpos[self.hand_qadr].copy(),
-            "ee_pose": np.concatenate([d.site_xpos[self.grasp_site], mat_to_quat(ee_rot)]),
+            "arm_q": d.qpos[ix.arm_qadr].copy(),
+            "arm_dq": d.qvel[ix.arm_dadr].copy(),
+            "hand_q": d.qpos[ix.hand_qadr].copy(),
+            "ee_pose": np.concatenate([d.site_xpos[ix.grasp_site], mat_to_quat(ee_rot)]),
             # The conveyor's commanded speed (m/s): what the cell's controller knows without any sensor. The belt's
             # true speed (scale, jitter) is the tracker's business and stays privileged.
             "belt_setpoint": np.array([self.belt_speed]),
@@ -278,7 +234,7 @@ class PickSortEnv(gym.Env):
             "object_pos": d.xpos[self.obj_body].copy(),
             "object_quat": d.xquat[self.obj_body].copy(),
             "object_vel": d.qvel[self.obj_dadr:self.obj_dadr + 6].copy(),  # linear (world), angular (body)
-            "belt_speed": np.array([d.qvel[self.belt_dof]]),
+            "belt_speed": np.array([d.qvel[ix.belt_dof]]),
             "object_half_extents": np.array(self.obj.half_extents),
             "target_bin_pos": np.array(b.center, dtype=float),
             "colour_id": np.array([float(self.colours.index(self.colour))]),

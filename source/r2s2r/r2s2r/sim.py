@@ -1,0 +1,151 @@
+"""The simulation core: one cell's compiled model, the physics backend that steps it, the drive model and the
+index tables, shared by the task, the twin, calibration's reference renders and the behaviour generators.
+
+The drive model is what sits between a command and the physics: the right arm's targets reach its drives a whole
+number of physics steps late (`latency`), and the belt runs at its commanded speed times the cell's `speed_scale`,
+with a small per-control-period jitter (`belt_drive_speed`). Colours and lights are set on the host model; every
+renderer reads them from there at each frame (the MuJoCo Warp renderer pushes them to its device copy), and
+physics does not depend on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
+from r2s2r.cell.spec import BeltCfg, CellCfg, LightingCfg, ObjectCfg
+from r2s2r.physics import make_physics
+
+PARKED_RGBA = (0.8, 0.8, 0.8, 1.0)  # every object but the episode's is a clean grey
+
+
+@dataclass(frozen=True)
+class CellIndex:
+    """Where the right arm, hand, belt and grasp site live in a cell's compiled model (indices into its arrays)."""
+
+    arm_act: np.ndarray  # (7,) actuator ids
+    hand_act: np.ndarray  # (20,)
+    arm_qadr: np.ndarray  # (7,) qpos addresses
+    hand_qadr: np.ndarray  # (20,)
+    arm_dadr: np.ndarray  # (7,) dof addresses
+    hand_dadr: np.ndarray  # (20,)
+    belt_act: int
+    belt_dof: int
+    grasp_site: int
+    robot_bodies: np.ndarray  # (nbody,) bool: the right arm's subtree (arm and hand)
+
+    @classmethod
+    def of(cls, model: mujoco.MjModel) -> CellIndex:
+        arm, hand = arm_joint_names("right"), hand_joint_names("right")
+        ids = lambda names, f: np.array([f(n) for n in names])  # noqa: E731
+        return cls(
+            arm_act=ids(arm, lambda n: model.actuator(n).id), hand_act=ids(hand, lambda n: model.actuator(n).id),
+            arm_qadr=ids(arm, lambda n: model.joint(n).qposadr[0]),
+            hand_qadr=ids(hand, lambda n: model.joint(n).qposadr[0]),
+            arm_dadr=ids(arm, lambda n: model.joint(n).dofadr[0]),
+            hand_dadr=ids(hand, lambda n: model.joint(n).dofadr[0]),
+            belt_act=model.actuator("belt_drive").id, belt_dof=int(model.joint("belt_slide").dofadr[0]),
+            grasp_site=model.site("right_grasp").id,
+            robot_bodies=model.body_rootid == model.body("right_base").id)
+
+
+def delayed(targets: np.ndarray, latency: int) -> np.ndarray:
+    """What the arm's drives act on at each physics step of a (steps, 7) target log: the targets `latency` steps
+    late, the first held before that."""
+    return targets[np.maximum(np.arange(len(targets)) - latency, 0)]
+
+
+def belt_drive_speed(belt: BeltCfg, setpoint: float, rng: np.random.Generator | None) -> float:
+    """The belt's true speed for one control period under `setpoint` (m/s): scaled, with its jitter drawn from `rng`
+    (None: no jitter)."""
+    jitter = 1.0 + belt.speed_jitter * rng.standard_normal() if belt.speed_jitter and rng is not None else 1.0
+    return setpoint * belt.speed_scale * jitter
+
+
+def lighting_gain(lighting: LightingCfg, rng: np.random.Generator) -> np.ndarray:
+    """One trial's lighting of the cell (its `LightingCfg`): an intensity factor times per-channel tint factors."""
+    return rng.uniform(*lighting.intensity_range) * (1.0 + rng.uniform(-lighting.tint, lighting.tint, 3))
+
+
+class CellSim:
+    """A cell (`CellCfg`) compiled and on a physics backend, with the drive model, index tables and appearance
+    setters everything that simulates it uses.
+
+    Args:
+        cell: the cell, with a world file's parameters already applied.
+        physics: the backend name (`r2s2r.physics.make_physics`).
+        nworld: parallel copies of the world on the backend.
+    """
+
+    def __init__(self, cell: CellCfg, physics: str = "mujoco", nworld: int = 1):
+        self.cell = cell
+        self.model = build_model(cell)
+        self.physics = make_physics(physics, self.model, nworld, (belt_periodic(self.model, cell),))
+        self.index = CellIndex.of(self.model)
+        self.latency = cell.arm("right").latency_steps
+        self.lights_nominal = (self.model.light_pos.copy(), self.model.light_diffuse.copy())
+
+    def renderer(self, kind: str, cameras, width: int, height: int, **options):
+        """A renderer (`r2s2r.render.make_renderer`) of this model's cameras, with the cell's shadows setting."""
+        from r2s2r.render import make_renderer
+
+        return make_renderer(kind, self.model, self.cell, list(cameras), width, height, shadows=self.cell.shadows,
+                             **options)
+
+    def home(self) -> mujoco.MjData:
+        """Every world at the home keyframe, at rest; returns world 0's data."""
+        m = self.model
+        self.physics.reset(m.key_qpos[0], np.zeros(m.nv), m.key_ctrl[0])
+        return self.physics.host_data(0)
+
+    def object_address(self, obj: ObjectCfg) -> tuple[int, int, int, int]:
+        """(body id, geom id, qpos address, dof address) of an object's free body."""
+        m, name = self.model, object_body_name(obj)
+        joint = m.joint(name)
+        return m.body(name).id, m.geom(name).id, int(joint.qposadr[0]), int(joint.dofadr[0])
+
+    # -- the drive model ---------------------------------------------------------------------------------------
+    def control_period(self, ctrl: np.ndarray, arm: np.ndarray, hand: np.ndarray, substeps: int) -> None:
+        """Run one control period of `substeps` physics steps with new arm and hand targets.
+
+        The previous targets (in `ctrl`) stay in force for the arm's `latency` steps, then the new ones act; `ctrl`
+        is updated in place to what the drives hold at the end.
+        """
+        if self.latency:
+            self.physics.set_ctrl(ctrl)
+            self.physics.step(self.latency)
+        ctrl[self.index.arm_act] = arm
+        ctrl[self.index.hand_act] = hand
+        self.physics.set_ctrl(ctrl)
+        self.physics.step(substeps - self.latency)
+
+    # -- appearance --------------------------------------------------------------------------------------------
+    def paint_objects(self, active: ObjectCfg | None = None, rgba=None) -> None:
+        """Every object grey, `active` (if given) in `rgba`."""
+        m = self.model
+        for o in self.cell.objects + self.cell.novel_objects:
+            m.geom_rgba[m.geom(object_body_name(o)).id] = PARKED_RGBA
+        if active is not None:
+            m.geom_rgba[m.geom(object_body_name(active)).id] = rgba
+
+    def vary_lights(self, rng: np.random.Generator, scale: tuple[float, float] = (1.0, 1.0), tint: float = 0.0,
+                    jitter: float = 0.0, gain: np.ndarray | None = None) -> None:
+        """The lights at a draw around their nominal state: each light's intensity scaled by a factor in `scale` and
+        each of its colour channels by 1 + U(-tint, tint), its position moved by up to `jitter` m per axis; then
+        every light multiplied by the RGB `gain` (see `lighting_gain`)."""
+        m = self.model
+        nominal_pos, nominal_diffuse = self.lights_nominal
+        m.light_pos[:] = nominal_pos + rng.uniform(-jitter, jitter, nominal_pos.shape)
+        factor = rng.uniform(*scale, (len(nominal_diffuse), 1))
+        tints = 1.0 + rng.uniform(-tint, tint, nominal_diffuse.shape)
+        gain = np.ones(3) if gain is None else gain
+        m.light_diffuse[:] = np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
+
+    def set_lights(self, gain=1.0) -> None:
+        """The lights at their nominal poses, their colours times `gain` (a scalar or RGB); 1.0: as built."""
+        nominal_pos, nominal_diffuse = self.lights_nominal
+        self.model.light_pos[:] = nominal_pos
+        self.model.light_diffuse[:] = np.clip(nominal_diffuse * np.asarray(gain, dtype=float), 0.0, 1.0)
