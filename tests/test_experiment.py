@@ -142,7 +142,7 @@ def test_smoke_experiment_produces_the_full_table_and_resumes(tmp_path, monkeypa
         assert sim["policies"][names[0]]["overall"]["trials"] == scale.sim_eval_trials
     stages = json.loads((run_dir / "stages.json").read_text())
     assert {s.name for s in plan(run_dir, scale)} == set(stages)
-    assert all(e["status"] == "complete" and e["wall_s"] > 0 for e in stages.values())
+    assert all(e["status"] == "complete" and e["wall_s"] > 0 and e["cpu_s"] > 0 for e in stages.values())
     assert out.out.count("[start]") == len(stages) and "[skip]" not in out.out
     markdown = (run_dir / "report" / "experiment.md").read_text()
     assert "Main effect of world grounding" in markdown and "real_only" in markdown

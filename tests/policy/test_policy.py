@@ -128,6 +128,9 @@ def test_resumed_training_matches_an_uninterrupted_run(tmp_path, policy_datasets
             assert torch.equal(tensor, b[key][name]), f"{key}.{name} differs after resuming"
     log = [json.loads(line) for line in (tmp_path / "b" / "run" / "log.jsonl").read_text().splitlines()]
     assert [e["step"] for e in log] == [2, 3, 4, 6]
+    # Another config in the same folder is refused, naming the field; the run's length may change.
+    with pytest.raises(CheckpointError, match=r"differs in optim\.lr\)"):
+        Trainer(cfg_for(tmp_path / "b", policy_datasets, steps=8, extra=["optim.lr=0.001"]))
 
 
 def test_flow_matching_fits_a_demo(tmp_path, policy_datasets):

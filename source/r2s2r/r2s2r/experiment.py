@@ -12,8 +12,9 @@ An experiment is a set of stages, each a run of one of the project's scripts wit
 
 A stage whose outputs exist is skipped (every script publishes its output only when complete, and resumes its own
 unfinished work), so an interrupted experiment continues where it stopped and a long one can be completed over
-several runs. Independent stages run side by side (`jobs`). Each stage's wall time goes to `stages.json`, its
-output to `logs/<stage>.log`.
+several runs. Independent stages run side by side (`jobs`). Each stage's wall time and CPU time (its process and
+the processes it waited for: what it costs whatever else shares the machine) go to `stages.json`, its output to
+`logs/<stage>.log`.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
 
 
 class StageLog:
-    """`stages.json`: per stage, its status and wall time (kept across runs, rewritten atomically)."""
+    """`stages.json`: per stage, its status, wall and CPU time (kept across runs, rewritten atomically)."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -175,14 +176,17 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
     failed: set[str] = set()
     running: dict[Future, Stage] = {}
 
-    def launch(stage: Stage) -> tuple[int, float]:
+    def launch(stage: Stage) -> tuple[int, float, float]:
         start = time.time()
         with open(run_dir / "logs" / f"{stage.name}.log", "a") as out:
             out.write(f"$ {' '.join(stage.command)}\n")
             out.flush()
-            code = subprocess.call(stage.command, stdout=out, stderr=subprocess.STDOUT, cwd=SCRIPTS.parent,
-                                   env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
-        return code, time.time() - start
+            proc = subprocess.Popen(stage.command, stdout=out, stderr=subprocess.STDOUT, cwd=SCRIPTS.parent,
+                                    env={**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")})
+            # wait4 gives this child's own resource usage (with its waited-for children), not the whole pool's.
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        return proc.returncode, time.time() - start, usage.ru_utime + usage.ru_stime
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         while True:
@@ -196,15 +200,15 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 stage = running.pop(future)
-                code, seconds = future.result()
+                code, seconds, cpu = future.result()
                 if code == 0 and stage.done():
                     finished.add(stage.name)
-                    log.record(stage.name, status="complete", wall_s=round(seconds, 1),
+                    log.record(stage.name, status="complete", wall_s=round(seconds, 1), cpu_s=round(cpu, 2),
                                finished=time.strftime("%Y-%m-%d %H:%M:%S"))
                     echo(f"[done] {stage.name} in {seconds:.0f} s")
                 else:
                     failed.add(stage.name)
-                    log.record(stage.name, status=f"failed (exit {code})", wall_s=round(seconds, 1))
+                    log.record(stage.name, status=f"failed (exit {code})", wall_s=round(seconds, 1), cpu_s=round(cpu, 2))
                     echo(f"[FAILED] {stage.name} (exit {code}); see {run_dir / 'logs' / (stage.name + '.log')}")
             # Stages that depend on a failed one can never run: count them as failed so the loop ends.
             for s in stages:
@@ -271,8 +275,8 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731
     lines += [f"| {w} | {fmt(r['pearson'])} | {fmt(r['spearman'])} | {r['mmrv']:.3f} |" for w, r in sim.items()]
     if stages:
-        lines += ["", "| stage | wall time (s) |", "|---|---:|"]
-        lines += [f"| {n} | {e.get('wall_s', '')} |" for n, e in stages.items()]
+        lines += ["", "| stage | wall time (s) | CPU time (s) |", "|---|---:|---:|"]
+        lines += [f"| {n} | {e.get('wall_s', '')} | {e.get('cpu_s', '')} |" for n, e in stages.items()]
     for path, text in ((out_dir / "experiment.json", json.dumps(result, indent=2)),
                        (out_dir / "experiment.md", "\n".join(lines))):
         write_text_atomic(path, text + "\n")

@@ -51,6 +51,31 @@ def cfg_dict(cfg: TrainCfg) -> dict:
     return json.loads(json.dumps(dataclasses.asdict(cfg)))
 
 
+# Fields a run may change and still continue: its length (which may be extended) and how it is logged.
+RUN_LENGTH_FIELDS = ("steps", "log_every", "checkpoint_every", "threads")
+
+
+def config_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the fields where two config mappings differ (a field missing on one side differs)."""
+    out = []
+    for k in sorted(set(a) | set(b)):
+        x, y = a.get(k), b.get(k)
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += config_differences(x, y, f"{prefix}{k}.")
+        elif x != y:
+            out.append(f"{prefix}{k}")
+    return out
+
+
+def refuse_other_run(path: str | os.PathLike, stored: dict, current: dict, ignore: tuple[str, ...] = ()) -> None:
+    """A CheckpointError if the run at `path` was trained with a config (`stored`) that differs from `current` in
+    any field but those named in `ignore` (dotted names)."""
+    diff = [k for k in config_differences(stored, current) if k not in ignore]
+    if diff:
+        raise CheckpointError(f"{path}: the run folder holds a run with another config (differs in "
+                              f"{', '.join(diff)}); use another run_dir or the same config")
+
+
 def save_checkpoint(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

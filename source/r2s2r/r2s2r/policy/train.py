@@ -28,7 +28,8 @@ from tqdm import tqdm
 
 from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import (CheckpointError, cfg_dict, check_observation_set, load_checkpoint,
-                                     load_weights, save_checkpoint)
+                                     RUN_LENGTH_FIELDS, load_weights, refuse_other_run,
+                                     save_checkpoint)
 from r2s2r.policy.config import DOMAINS, TrainCfg
 from r2s2r.policy.data import MixtureSampler, check_compatible, load_dataset, mixture_stats
 from r2s2r.policy.model import FlowMatchingPolicy, mmd, random_shift, to_tensors
@@ -71,11 +72,6 @@ def update_ema(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> No
             e.copy_(m)
 
 
-def _comparable(cfg: dict) -> dict:
-    # Everything but the length of the run (which may be extended) and how it is logged must match to resume.
-    return {k: v for k, v in cfg.items() if k not in ("steps", "log_every", "checkpoint_every", "threads")}
-
-
 class Trainer:
     """Builds the data, model and optimizer for `cfg`, resuming from `cfg.run_dir/last.pt` when it exists."""
 
@@ -102,12 +98,7 @@ class Trainer:
     def _resume(self, path: Path) -> None:
         payload = load_checkpoint(path)
         check_observation_set(payload, self.cfg.policy, str(path))
-        stored = _comparable(payload["cfg"])
-        current = _comparable(cfg_dict(self.cfg))
-        if stored != current:
-            diff = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
-            raise CheckpointError(f"{path}: the run folder holds a run with another config (differs in "
-                                  f"{', '.join(diff)}); use another run_dir or the same config")
+        refuse_other_run(path, payload["cfg"], cfg_dict(self.cfg), RUN_LENGTH_FIELDS)
         load_weights(self.model, payload, "model", path)
         load_weights(self.ema, payload, "ema", path)
         try:

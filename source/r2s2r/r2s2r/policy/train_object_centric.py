@@ -23,7 +23,8 @@ import yaml
 from tqdm import tqdm
 
 from r2s2r.files import write_text_atomic
-from r2s2r.policy.checkpoint import CheckpointError, cfg_dict, load_checkpoint, save_checkpoint
+from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dict, load_checkpoint, refuse_other_run,
+                                     save_checkpoint)
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
@@ -36,21 +37,9 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 # Fields only the head's training reads: a run folder whose estimator.pt was trained under other values of these (a
 # head retrained with other settings, or an estimator copied from another run folder) reuses that estimator.
-HEAD_ONLY_FIELDS = ("run_dir", "steps", "log_every", "checkpoint_every", "threads", "policy.execute",
+HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute",
                     "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction")
-
-
-def config_differences(a: dict, b: dict, prefix: str = "") -> list[str]:
-    """Dotted names of the fields where two config mappings differ (a field missing on one side differs)."""
-    out = []
-    for k in sorted(set(a) | set(b)):
-        x, y = a.get(k), b.get(k)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out += config_differences(x, y, f"{prefix}{k}.")
-        elif x != y:
-            out.append(f"{prefix}{k}")
-    return out
 
 
 def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
@@ -299,20 +288,17 @@ class ObjectCentricTrainer:
     def run(self, progress: bool = True) -> TrainResult:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
-        for existing, ignored in ((final, ()), (stage1, HEAD_ONLY_FIELDS)):
-            if existing.exists():
-                diff = [k for k in config_differences(load_checkpoint(existing)["cfg"], cfg_dict(self.cfg))
-                        if k not in ignored]
-                if diff:
-                    raise CheckpointError(f"{existing}: the run folder holds a run with another config (differs in "
-                                          f"{', '.join(diff)}); use another run_dir or the same config")
+        stored = {p: load_checkpoint(p) for p in (final, stage1) if p.exists()}
+        for path, ignored in ((final, ()), (stage1, HEAD_ONLY_FIELDS)):
+            if path in stored:
+                refuse_other_run(path, stored[path]["cfg"], cfg_dict(self.cfg), ignored)
         if final.exists():
             return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
         write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
         resumed = 0
-        if stage1.exists():  # the estimator and its label statistics; the head starts afresh
-            stored = load_checkpoint(stage1)["model"]
-            self.model.load_state_dict({k: v for k, v in stored.items() if k.startswith(("estimator.", "label_"))},
+        if stage1 in stored:  # the estimator and its label statistics; the head starts afresh
+            weights = stored[stage1]["model"]
+            self.model.load_state_dict({k: v for k, v in weights.items() if k.startswith(("estimator.", "label_"))},
                                        strict=False)
             self.model.estimator.eval()
             resumed = self.cfg.object_centric.estimator_steps
