@@ -6,11 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GL_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 libgles2 libglx-mesa0 libgl1"
-missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $GL_PACKAGES 2>/dev/null | awk '$1 != "ii" {print $2}' || true)
-if [ -n "$missing" ] || ! dpkg-query -W $GL_PACKAGES >/dev/null 2>&1; then
+# FFmpeg's libraries: torchcodec decodes the LeRobot export's videos with them (Debian 12: FFmpeg 5).
+FFMPEG_PACKAGES="libavcodec59 libavformat59 libavutil57 libswscale6 libavdevice59 libavfilter8 libswresample4"
+APT_PACKAGES="$GL_PACKAGES $FFMPEG_PACKAGES"
+missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $APT_PACKAGES 2>/dev/null | awk '$1 != "ii" {print $2}' || true)
+if [ -n "$missing" ] || ! dpkg-query -W $APT_PACKAGES >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $GL_PACKAGES >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $APT_PACKAGES >/dev/null
 fi
 
 PYTHON=${PYTHON:-python3}
@@ -25,5 +28,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # (torch 2.11, CUDA builds, Omniverse clients) are not wanted here, and it declares Python >= 3.12 although the
   # dataset module runs on 3.11: install the package alone, plus the one import it needs (requirements.txt).
   .venv/bin/pip install -q --no-deps --ignore-requires-python isaaclab==3.0.0
+  # LeRobot's dataset class (requirements.txt says why these two go without their declared dependencies).
+  .venv/bin/pip install -q --no-deps datasets==4.1.1 lerobot-dataset==0.4.4
   echo "$want" > "$stamp"
 fi

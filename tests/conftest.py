@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,13 +43,32 @@ def run_script_in_process(name: str, *args: str, cwd: Path, monkeypatch, capsys)
     return code, capsys.readouterr().err
 
 
+def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder `build` fills once per test run and every pytest-xdist worker reuses: the first worker to ask builds
+    it under a lock while the others wait (session fixtures are otherwise per worker)."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's temporary root, common to its workers
+    folder, done = root / name, root / f"{name}.complete"
+    with FileLock(root / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def real_demos(tmp_path_factory) -> Path:
     """Eight teleoperated demos recorded on the reality twin (no images), as collect_real.py writes them."""
-    out = tmp_path_factory.mktemp("real") / "real.hdf5"
-    result = run_script("collect_real.py", "--num-demos", "8", "--output", str(out), "--cameras", "--seed", "0")
-    assert result.returncode == 0, result.stderr
-    return out
+
+    def record(folder: Path) -> None:
+        result = run_script("collect_real.py", "--num-demos", "8", "--output", str(folder / "real.hdf5"), "--cameras",
+                            "--seed", "0")
+        assert result.returncode == 0, result.stderr
+
+    return built_once(tmp_path_factory, "real_demos", record) / "real.hdf5"
 
 
 @pytest.fixture(scope="session")
@@ -55,16 +77,18 @@ def policy_datasets(tmp_path_factory) -> dict[str, Path]:
     teleoperated demos from the twin and two planner trajectories from the grounded world. Seed 1 starts where the
     operator keeps both demos (seed 0 gives up: an attempt rendered for nothing), and chunks of two attempts make
     no more than the two trajectories asked for (the default chunk is four)."""
-    out = tmp_path_factory.mktemp("policy_data")
-    real, sim = out / "real.hdf5", out / "sim.hdf5"
-    result = run_script("collect_real.py", "--num-demos", "2", "--output", str(real), "--image-size", "32",
-                        "--cameras", "right_wrist", "--seed", "1")
-    assert result.returncode == 0, result.stderr
-    result = run_script("generate.py", "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0",
-                        "--num-trajectories", "2", "--output", str(sim), "--no-progress", "env.cameras=[right_wrist]",
-                        "env.image_size=[32,32]", "datagen.chunk_size=2")
-    assert result.returncode == 0, result.stderr
-    return {"real": real, "sim": sim}
+
+    def record(folder: Path) -> None:
+        result = run_script("collect_real.py", "--num-demos", "2", "--output", str(folder / "real.hdf5"),
+                            "--image-size", "32", "--cameras", "right_wrist", "--seed", "1")
+        assert result.returncode == 0, result.stderr
+        result = run_script("generate.py", "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0",
+                            "--num-trajectories", "2", "--output", str(folder / "sim.hdf5"), "--no-progress",
+                            "env.cameras=[right_wrist]", "env.image_size=[32,32]", "datagen.chunk_size=2")
+        assert result.returncode == 0, result.stderr
+
+    out = built_once(tmp_path_factory, "policy_data", record)
+    return {"real": out / "real.hdf5", "sim": out / "sim.hdf5"}
 
 
 def tiny_train_overrides(run_dir: Path, datasets: list[tuple[Path, float]], steps: int = 6) -> list[str]:
