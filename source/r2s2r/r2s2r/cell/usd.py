@@ -186,7 +186,11 @@ def build_stage(model: mujoco.MjModel, cell: CellCfg, path: str | None = None) -
         UsdGeom.Xform.Define(stage, asset_prim_path(model, root))
         if articulated(model, root):
             UsdGeom.Scope.Define(stage, f"{asset_prim_path(model, root)}/Joints")
-            UsdPhysics.ArticulationRootAPI.Apply(stage.GetPrimAtPath(asset_prim_path(model, root)))
+            root_prim = stage.GetPrimAtPath(asset_prim_path(model, root))
+            UsdPhysics.ArticulationRootAPI.Apply(root_prim)
+            # MuJoCo keeps an arm's own geoms apart by contype/conaffinity, which UsdPhysics does not express;
+            # without this Newton collides neighbouring links and the hand with the arm (a wrist joint then jams).
+            root_prim.CreateAttribute("newton:selfCollisionEnabled", Sdf.ValueTypeNames.Bool).Set(False)
     for b in range(1, model.nbody):
         prim = UsdGeom.Xform.Define(stage, body_prim_path(model, b)).GetPrim()
         _set_local_pose(prim, data.xpos[b], data.xquat[b])

@@ -82,7 +82,7 @@ class PickSortEnv(gym.Env):
                 ),
             }
         )
-        self._rng = self._belt_rng = self._light_rng = np.random.default_rng()
+        self._rng = self.belt_rng = self._light_rng = np.random.default_rng()
 
     # ----------------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -90,7 +90,7 @@ class PickSortEnv(gym.Env):
         self._rng = np.random.default_rng(seed)
         # The belt's speed jitter draws from its own stream, so rendering (which draws sensor noise) or not does not
         # change the physics of a seeded episode.
-        self._belt_rng = np.random.default_rng(None if seed is None else (seed, 1))
+        self.belt_rng = np.random.default_rng(None if seed is None else (seed, 1))
         self._light_rng = np.random.default_rng(None if seed is None else (seed, 2))
         m, cell, cfg, rng = self.model, self.cell, self.cfg, self._rng
         condition = (options or {}).get("condition", cfg.condition)
@@ -159,10 +159,10 @@ class PickSortEnv(gym.Env):
                                      iterations=self.cfg.ik_iterations)
         else:
             q_arm = action[:7]
-        self._ctrl[self.index.belt_act] = belt_drive_speed(self.cell.belt, self.belt_speed, self._belt_rng)
+        self._ctrl[self.index.belt_act] = belt_drive_speed(self.cell.belt, self.belt_speed, self.belt_rng)
         self.sim.control_period(self._ctrl, q_arm, action[7:], self.substeps)
         self.steps += 1
-        failure, success = self._evaluate()
+        failure, success = self.evaluate()
         obs = self.observe()
         terminated = success or failure is not None
         truncated = False
@@ -170,8 +170,9 @@ class PickSortEnv(gym.Env):
             failure, truncated = "timeout", True
         return obs, float(success), terminated, truncated, self._info(failure, success)
 
-    def _evaluate(self) -> tuple[str | None, bool]:
-        """(failure name or None, success) from the object's state; see FAILURES."""
+    def evaluate(self) -> tuple[str | None, bool]:
+        """(failure name or None, success) from the object's current state; see FAILURES. Updates whether the
+        object has been lifted, so call it once per control period (step does)."""
         if self.physics.unstable()[0]:
             return "unstable", False
         d = self.physics.host_data(0)

@@ -1,0 +1,114 @@
+"""Configuration of the pick-and-sort cell as an Isaac Lab direct environment on Newton (MuJoCo Warp solver).
+
+The scene is the cell's USD stage (`r2s2r.cell.usd.build_stage` of a world file), referenced once per environment;
+the right arm (arm + hand), the left arm and the conveyor are articulations inside it, each object a rigid object;
+the drives keep the gains the stage carries. Time step, control rate, episode length and the
+MuJoCo solver options come from the same cell and task configuration as `R2S2R-PickSort-v0`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import isaaclab.sim as sim_utils
+from isaaclab.actuators import ImplicitActuatorCfg
+from isaaclab.assets import ArticulationCfg, AssetBaseCfg, RigidObjectCfg
+from isaaclab.envs import DirectRLEnvCfg
+from isaaclab.scene import InteractiveSceneCfg
+from isaaclab.utils import configclass
+from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
+
+from r2s2r.cell import usd
+from r2s2r.cell.mjcf import build_model, object_body_name
+from r2s2r.cell.spec import CellCfg
+from r2s2r.cell.world import load_world
+from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
+
+CELL = "{ENV_REGEX_NS}/Cell"
+# stiffness/damping None: the drives keep the gains the stage carries (the MuJoCo model's, per degree).
+STAGE_DRIVES = {"all": ImplicitActuatorCfg(joint_names_expr=[".*"], stiffness=None, damping=None)}
+PROPRIO_DIM = 7 + 7 + 20 + 7 + 1  # arm_q, arm_dq, hand_q, ee_pose, belt_setpoint (the reference's proprio)
+
+
+def stage_path(cell: CellCfg) -> str:
+    """The cell's USD stage, written once per distinct cell into the temporary folder and reused after that."""
+    folder = os.path.join(os.environ.get("R2S2R_USD_CACHE", tempfile.gettempdir()), "r2s2r-usd")
+    os.makedirs(folder, exist_ok=True)
+    # Keyed by the cell and the stage builder's source, so a changed builder never serves an old stage.
+    key = hashlib.sha256(repr(cell).encode() + Path(usd.__file__).read_bytes()).hexdigest()[:16]
+    path = os.path.join(folder, key + ".usda")
+    if not os.path.exists(path):
+        usd.write_stage(usd.build_stage(build_model(cell), cell), path)  # atomically, so concurrent builders agree
+    return path
+
+
+def _asset(root: str) -> str:
+    return f"{CELL}/Assets/{root}"
+
+
+@configclass
+class PickSortCellEnvCfg(DirectRLEnvCfg):
+    """Set `world` (a world file name or path) and call `bind()`; the factories below do both."""
+
+    world: str = "ungrounded"
+    action_space: int = 27  # 7 right-arm + 20 right-hand joint targets (the reference's action_mode="joint")
+    observation_space: int = PROPRIO_DIM
+    state_space: int = 0
+    decimation: int = 25
+    episode_length_s: float = 25.0
+    sim: sim_utils.SimulationCfg = sim_utils.SimulationCfg(device="cpu")
+    scene: InteractiveSceneCfg = InteractiveSceneCfg(num_envs=1, env_spacing=4.0, replicate_physics=True)
+
+    def bind(self) -> PickSortCellEnvCfg:
+        """Build the world's stage and set the scene, rates and solver from its cell."""
+        cell = load_world(self.world).cell
+        opt = build_model(cell).opt
+        task = PickSortEnvCfg()  # the reference task's control rate and episode length
+        self.decimation = round(1.0 / (task.control_hz * opt.timestep))
+        self.episode_length_s = task.episode_seconds
+        self.sim.dt = float(opt.timestep)
+        self.sim.render_interval = self.decimation
+        # The reference's MuJoCo options, given as MuJoCo's integer constants. No CUDA graphs: on the CPU there
+        # is nothing to capture.
+        self.sim.physics = NewtonCfg(
+            solver_cfg=MJWarpSolverCfg(integrator=int(opt.integrator), cone=int(opt.cone), solver=int(opt.solver),
+                                       impratio=float(opt.impratio), iterations=int(opt.iterations),
+                                       ls_iterations=int(opt.ls_iterations), tolerance=float(opt.tolerance)),
+            num_substeps=1, use_cuda_graph=False)
+        scene = self.scene
+        scene.cell = AssetBaseCfg(prim_path=CELL, spawn=sim_utils.UsdFileCfg(usd_path=stage_path(cell)))
+        scene.right_arm = ArticulationCfg(prim_path=_asset("right_base"), spawn=None, actuators=STAGE_DRIVES)
+        scene.left_arm = ArticulationCfg(prim_path=_asset("left_base"), spawn=None, actuators=STAGE_DRIVES)
+        scene.conveyor = ArticulationCfg(prim_path=_asset("conveyor"), spawn=None, actuators=STAGE_DRIVES)
+        # One rigid object per object body (named as the body). Not a RigidObjectCollectionCfg: the scene creates
+        # entities in the order of their prim path depth, and a collection, having no prim path of its own, would
+        # come before the stage that holds its bodies.
+        for obj in cell.objects + cell.novel_objects:
+            name = object_body_name(obj)
+            setattr(scene, name, RigidObjectCfg(prim_path=f"{_asset(name)}/{name}", spawn=None))
+        return self
+
+
+def grounded_cfg() -> PickSortCellEnvCfg:
+    """The cell of `configs/world/grounded.yaml` (calibrated from the recorded session)."""
+    return PickSortCellEnvCfg(world="grounded").bind()
+
+
+def ungrounded_cfg() -> PickSortCellEnvCfg:
+    """The cell of `configs/world/ungrounded.yaml` (datasheets and drawings)."""
+    return PickSortCellEnvCfg(world="ungrounded").bind()
+
+
+def twin_cfg() -> PickSortCellEnvCfg:
+    """The reality twin's cell. Only the twin resolves its truth file, so the path is taken from the twin's
+    environment (headless, MuJoCo C) rather than read here."""
+    from r2s2r.real.twin import make_twin_env
+
+    twin = make_twin_env(cameras=())
+    try:
+        return PickSortCellEnvCfg(world=str(twin.world.path)).bind()
+    finally:
+        twin.close()
