@@ -40,8 +40,11 @@ class ArmIK:
         return self.data.site_xpos[self.site_id].copy(), self.data.site_xmat[self.site_id].reshape(3, 3).copy()
 
     def solve(self, q_seed: np.ndarray, pos: np.ndarray, rot: np.ndarray, iterations: int = 20,
-              tol: float = 1e-4) -> tuple[np.ndarray, float]:
-        """Joint angles reaching `pos`/`rot` from `q_seed`; returns (q, position error in m)."""
+              tol: float = 1e-4, min_step: float = 0.0) -> tuple[np.ndarray, float]:
+        """Joint angles reaching `pos`/`rot` from `q_seed`; returns (q, position error in m).
+
+        `min_step` (rad): stop once an update moves the joints less than this (the pose is as close as it gets,
+        e.g. out of reach); 0 runs to `tol` or `iterations`."""
         q = np.clip(np.asarray(q_seed, dtype=float).copy(), self.lower, self.upper)
         err_pos = np.inf
         for _ in range(iterations):
@@ -61,5 +64,8 @@ class ArmIK:
             step = np.linalg.norm(dq)
             if step > 0.5:
                 dq *= 0.5 / step
-            q = np.clip(q + dq, self.lower, self.upper)
+            q_next = np.clip(q + dq, self.lower, self.upper)
+            if np.linalg.norm(q_next - q) < min_step:
+                break
+            q = q_next
         return q, err_pos
