@@ -41,6 +41,8 @@ def format_residuals(residuals: dict) -> str:
     lines = [f"{'stage':<22} {'residual':<26} value", "-" * 60]
     for stage, values in residuals.items():
         for key, value in values.items():
+            if isinstance(value, dict):  # a self-check
+                value = f"{value['residual']:.3g} {value['unit']} (bound {value['bound']:.3g})"
             lines.append(f"{stage:<22} {key:<26} {value:.4g}" if isinstance(value, float)
                          else f"{stage:<22} {key:<26} {value}")
     return "\n".join(lines)

@@ -11,8 +11,11 @@ import pytest
 from r2s2r.calibration import CalibrationError
 from r2s2r.calibration.actuators import excitation_targets, identify_actuators
 from r2s2r.calibration.belt import belt_speed_scale, object_masses
+from r2s2r.calibration.checks import least_squares_floor
 from r2s2r.calibration.kinematics import fit_link_offsets, kinematic_poses
 from r2s2r.calibration.registration import register_base, register_conveyor, rigid_align
+from r2s2r.calibration.rig import OBJECT_TRACKER_NOISE, TRACKER_NOISE
+from r2s2r.cell.fiducials import robot_base_points
 from r2s2r.cell.mjcf import arm_joint_names, build_model
 from r2s2r.cell.spec import CellCfg, Pose
 from r2s2r.cell.world import load_world
@@ -109,6 +112,15 @@ def test_base_and_conveyor_registration_within_3mm_and_2mrad(session, geometry):
     assert belt_err < 0.003 and belt_yaw_err < 0.002
     # The fit residuals are at the tracker's noise level (a fraction of a millimetre), not centimetres.
     assert geometry["base_rms"] < 0.001 and geometry["belt_rms"] < 0.001
+
+
+def test_registration_noise_floor_is_what_tracker_noise_leaves():
+    # The self-check's floor for a rigid fit of the six base fiducials, against the fit itself on noisy surveys.
+    rng = np.random.default_rng(1)
+    local = robot_base_points()
+    squares = [rigid_align(local, local + rng.normal(0, TRACKER_NOISE, local.shape))[2] ** 2 for _ in range(2000)]
+    assert np.sqrt(np.mean(squares)) == pytest.approx(least_squares_floor(TRACKER_NOISE, len(local), 6, axes=3),
+                                                      rel=0.03)
 
 
 def test_rigid_align_recovers_an_exact_transform():
@@ -217,13 +229,19 @@ def test_identify_actuators_rejects_mismatched_logs(ungrounded):
 
 # -- belt and masses -------------------------------------------------------------------------------------------
 def test_belt_speed_scale_within_2_percent(session):
-    scale, jitter = belt_speed_scale(session["belt_runs"])
+    scale, jitter, noise = belt_speed_scale(session["belt_runs"])
     truth = session["truth"].belt
     print(f"{session['name']}: speed scale {scale:.4f} (truth {truth.speed_scale}), jitter {jitter:.4f} "
-          f"(truth {truth.speed_jitter})")
+          f"(truth {truth.speed_jitter}), tracker noise {noise * 1000:.3f} mm")
     assert abs(scale / truth.speed_scale - 1) < 0.02
     # The jitter is only loosely determined by a few seconds of millimetre-noise tracking (about 15 %).
     assert abs(jitter - truth.speed_jitter) < 0.4 * truth.speed_jitter
+    # The noise the fit leaves is the tracker's; a tracker three times noisier shows as such.
+    assert abs(noise / OBJECT_TRACKER_NOISE - 1) < 0.2
+    rng = np.random.default_rng(0)
+    noisier = [(c, t, p + rng.normal(0, 2 * np.sqrt(2) * OBJECT_TRACKER_NOISE, p.shape))
+               for c, t, p in session["belt_runs"]]
+    assert abs(belt_speed_scale(noisier)[2] / (3 * OBJECT_TRACKER_NOISE) - 1) < 0.2
 
 
 def test_belt_speed_scale_rejects_bad_runs():

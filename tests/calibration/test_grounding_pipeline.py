@@ -8,6 +8,8 @@ by 2 % with this small session), are measured by benchmarks/bench_calibration.py
 docs/world_grounding.md).
 """
 
+import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +17,10 @@ import numpy as np
 import pytest
 import yaml
 
+from r2s2r.calibration import CalibrationError
+from r2s2r.calibration.pipeline import ground
 from r2s2r.calibration.report import parameter_errors
+from r2s2r.calibration.rig import ENCODER_RESOLUTION
 from r2s2r.cell.world import load_world
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,6 +75,63 @@ def test_grounded_file_records_its_session(grounded):
     assert world.kind == "grounded"
     assert world.data["provenance"]["session_sha256"] == hashlib.sha256(session.read_bytes()).hexdigest()
     assert yaml.safe_load(world.path.read_text())["name"] == "grounded"
+
+
+def test_every_self_check_is_recorded_within_its_bound(grounded):
+    _, world, _ = grounded
+    checks = world.data["provenance"]["residuals"]["self_checks"]
+    cameras = {f"camera {cam.name} intrinsics" for cam in world.cell.cameras}
+    assert set(checks) == {"registration of the robot base", "registration of the conveyor", "link-offset fit",
+                           "drive fit", "belt speed fit", "mass readings"} | cameras
+    for name, check in checks.items():
+        assert 0 < check["residual"] <= check["bound"], (name, check)
+
+
+def _corrupted(session: Path, tmp_path: Path, dataset: str, change) -> Path:
+    """A copy of the session with one dataset changed."""
+    import h5py
+
+    path = tmp_path / "corrupted.h5"
+    shutil.copy(session, path)
+    with h5py.File(path, "r+") as f:
+        f[dataset][...] = change(f[dataset][()])
+    return path
+
+
+def _moved_fiducial(points):
+    points[4] += (0.01, 0.0, 0.0)  # the tracker's target seated 1 cm off the fiducial
+    return points
+
+
+def _noisy_encoders(log):
+    return log + np.random.default_rng(0).normal(0, 20 * ENCODER_RESOLUTION, log.shape)
+
+
+# The geometry and dynamics estimators run before the cameras: these cases stop before the cameras' minutes.
+@pytest.mark.parametrize("dataset, change, estimator, unit", [
+    ("survey/robot_base", _moved_fiducial, "registration of the robot base", "m"),
+    ("actuators/log", _noisy_encoders, "drive fit", "rad")])
+def test_a_recording_its_fit_cannot_explain_stops_grounding(grounded, tmp_path, dataset, change, estimator, unit):
+    _, _, session = grounded
+    corrupted = _corrupted(session, tmp_path, dataset, change)
+    with pytest.raises(CalibrationError) as info:
+        ground(corrupted, load_world("ungrounded"))
+    message = str(info.value)
+    print(message)
+    assert message.startswith(f"{corrupted}: ")
+    number = r"([0-9.e+-]+)"
+    found = re.search(rf"{estimator}: residual {number} {unit} is above its bound {number} {unit}", message)
+    assert found, message
+    assert float(found[1]) > float(found[2])
+
+
+def test_a_camera_with_too_few_usable_views_is_named_with_its_counts(grounded, tmp_path):
+    _, _, session = grounded
+    corrupted = _corrupted(session, tmp_path, "cameras/head_left/views", np.zeros_like)  # the lens cap left on
+    with pytest.raises(CalibrationError) as info:
+        ground(corrupted, load_world("ungrounded"))
+    assert str(info.value).startswith(f"{corrupted}: cameras/head_left/views: camera 'head_left': the board was found "
+                                      "in 0 of 8 images: expected at least 6 usable views"), str(info.value)
 
 
 def test_calibrate_writes_under_outputs_unless_told_otherwise():

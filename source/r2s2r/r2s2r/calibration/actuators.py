@@ -8,10 +8,16 @@ and the parameters are those that make the simulated encoder trace match the rec
 Speed comes from structure. The excitation moves one joint at a time and returns it home before the next, so
 each joint's three parameters are fitted on its own window, simulated from the logged state at the window's start
 (only that window's steps, on one model and one `MjData`, with parameters written into the compiled model in
-place). Contacts are disabled in the fitting model: the excitation keeps the arm clear of everything, and objects
-resting on the floor elsewhere do not act on the arm. A second pass refits every joint with its neighbours at
-their first-pass values, because a moving joint shakes the others through the inertia coupling. The latency is
-found first, from the onsets of the responses, whose timing the other parameters barely affect.
+place). The fitting model is the right arm and its hand alone, with contacts disabled: the excitation keeps the
+arm clear of everything, and nothing else in the cell acts on it. A second pass refits every joint with its
+neighbours at their first-pass values, because a moving joint shakes the others through the inertia coupling.
+
+The latency is chosen by the fit itself, not before it: a drive softer than the nominal one rises later, which a
+later latency with the nominal drive imitates (with every gain 23 % soft, onsets scored with the nominal drive
+picked one step too many, and every parameter fitted after that was wrong). Every candidate latency is screened by
+fitting the drive on the opening of each joint's response (its step and hold: the latency, gain, damping and
+friction all show there), and the best `REFINED` candidates are fitted in full; the one whose windows the fit
+reproduces best wins.
 """
 
 from __future__ import annotations
@@ -24,13 +30,17 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from r2s2r.calibration import CalibrationError
-from r2s2r.cell.mjcf import build_model
+from r2s2r.cell.mjcf import arm_joint_names, build_spec
 from r2s2r.cell.spec import ARM_DOF, CellCfg
-from r2s2r.sim import CellIndex, delayed
+from r2s2r.sim import delayed
 
 SIDE = "right"
 MAX_LATENCY = 20  # physics steps; what `ArmCfg.validate` accepts
 FIT_PASSES = 2
+REFINED = 2  # candidate latencies fitted in full after screening
+# Function evaluations per joint when screening a candidate latency: enough for the true latency to rank among the
+# best `REFINED` (first in every case measured, the runner-up's residual 13x or more), where the full fits decide.
+SCREEN_NFEV = 4
 
 # Excitation layout, per joint (seconds): step up, ramp down through home, hold, chirp, settle at home.
 LEAD_IN = 0.04
@@ -114,15 +124,24 @@ class ActuatorEstimate:
 
 
 class _ArmSim:
-    """Simulates right-arm responses on one compiled model of the cell, with drive parameters set in place."""
+    """Simulates right-arm responses on one compiled model of the right arm and hand, with drive parameters set in
+    place."""
 
     def __init__(self, cell: CellCfg):
-        m = build_model(cell)
+        # The rest of the cell is left out: with contacts disabled nothing else acts on the arm (no tendon or
+        # equality constraint links them), and the other arm and the free objects are four fifths of a step's cost.
+        spec = build_spec(cell)
+        for body in list(spec.worldbody.bodies):
+            if body.name != f"{SIDE}_base":
+                spec.delete(body)
+        m = spec.compile()
         m.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
         self.model = m
         self.data = mujoco.MjData(m)
-        index = CellIndex.of(m)
-        self.act, self.qadr, self.dof = index.arm_act, index.arm_qadr, index.arm_dadr
+        names = arm_joint_names(SIDE)
+        self.act = np.array([m.actuator(n).id for n in names])
+        self.qadr = np.array([m.joint(n).qposadr[0] for n in names])
+        self.dof = np.array([m.joint(n).dofadr[0] for n in names])
         self.h = float(m.opt.timestep)
 
     def set_joint(self, j: int, kp: float, damping: float, friction: float) -> None:
@@ -134,9 +153,10 @@ class _ArmSim:
         m.dof_frictionloss[self.dof[j]] = friction
 
     def run(self, q0: np.ndarray, v0: np.ndarray, ctrl: np.ndarray) -> np.ndarray:
-        """Start at arm state (q0, v0) with everything else at home, apply ctrl rows (n, 7); qpos after each step."""
+        """Start at arm state (q0, v0) with the hand at rest (as in the cell's home keyframe), apply ctrl rows (n, 7);
+        qpos after each step."""
         m, d = self.model, self.data
-        mujoco.mj_resetDataKeyframe(m, d, 0)
+        mujoco.mj_resetData(m, d)
         d.qpos[self.qadr] = q0
         d.qvel[self.dof] = v0
         out = np.empty((len(ctrl), ARM_DOF))
@@ -173,30 +193,46 @@ def _start_state(log: np.ndarray, start: int, h: float) -> tuple[np.ndarray, np.
     return log[start - 1], (log[start - 1] - log[start - 2]) / h
 
 
-def _estimate_latency(sim: _ArmSim, targets: np.ndarray, log: np.ndarray, windows: list[tuple[int, int]]) -> int:
-    """The latency whose simulated response onsets best match the recorded ones.
+@dataclass
+class _Drive:
+    """Per-joint drive parameters during the fit: gain as a factor of the nominal gain, damping, friction."""
 
-    For each candidate latency the opening of every joint's response (the window's first steps, from rest) is
-    simulated with the cell's nominal drive and scaled by a free factor before comparing with the log: a gain or
-    damping error changes how large the opening is, a wrong latency changes when it starts, which no scale
-    can undo.
+    kp_factor: np.ndarray
+    damping: np.ndarray
+    friction: np.ndarray
+
+
+def _fit_drive(sim: _ArmSim, nominal_kp: np.ndarray, ctrl: np.ndarray, log: np.ndarray,
+               windows: list[tuple[int, int]], start: _Drive, passes: int, span: int | None = None,
+               max_nfev: int = 60) -> tuple[_Drive, float]:
+    """Fit every joint's drive on its window (its first `span` steps, or all of it) for the command `ctrl`.
+
+    Returns the fitted drive and the sum of squared window residuals (rad^2) of the last pass.
     """
-    span = MAX_LATENCY + 15
-    cost = np.zeros(MAX_LATENCY + 1)
-    for j, (a, _b) in enumerate(windows):
-        q0, v0 = _start_state(log, a, sim.h)
-        stop = min(a + span, len(targets))
-        rec = log[a:stop, j] - log[a - 1, j]
-        for lat in range(MAX_LATENCY + 1):
-            ctrl = delayed(targets, lat)[a:stop]
-            simulated = sim.run(q0, v0, ctrl)[:, j] - log[a - 1, j]
-            scale = float(simulated @ rec) / max(float(simulated @ simulated), 1e-30)
-            cost[lat] += float(np.sum((scale * simulated - rec) ** 2)) / max(float(rec @ rec), 1e-30)
-    return int(np.argmin(cost))
+    drive = _Drive(start.kp_factor.copy(), start.damping.copy(), start.friction.copy())
+    for _pass in range(passes):
+        squares = 0.0
+        for j, (a, b) in enumerate(windows):
+            b = b if span is None else min(b, a + span)
+            for i in range(ARM_DOF):
+                sim.set_joint(i, drive.kp_factor[i] * nominal_kp[i], drive.damping[i], drive.friction[i])
+            q0, v0 = _start_state(log, a, sim.h)
+            rec = log[a:b, j]
+
+            def residual(x: np.ndarray, j=j, a=a, b=b, q0=q0, v0=v0, rec=rec) -> np.ndarray:
+                sim.set_joint(j, x[0] * nominal_kp[j], x[1], x[2])
+                return sim.run(q0, v0, ctrl[a:b])[:, j] - rec
+
+            x0 = np.array([drive.kp_factor[j], drive.damping[j], drive.friction[j]])
+            sol = least_squares(residual, x0, bounds=([0.2, 0.0, 0.0], [5.0, 50.0, 20.0]), x_scale=[0.05, 0.2, 0.05],
+                                diff_step=1e-4, xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=max_nfev)
+            drive.kp_factor[j], drive.damping[j], drive.friction[j] = sol.x
+            squares += float(sol.fun @ sol.fun)
+    return drive, squares
 
 
 def identify_actuators(cell: CellCfg, targets: np.ndarray, log: np.ndarray) -> ActuatorEstimate:
-    """Fit the right arm's drive parameters to a recorded joint response.
+    """Fit the right arm's drive parameters and latency to a recorded joint response.
 
     Args:
         cell: the cell to simulate (the ungrounded world with the registered base and fitted link offsets); its
@@ -226,32 +262,25 @@ def identify_actuators(cell: CellCfg, targets: np.ndarray, log: np.ndarray) -> A
     windows = _windows(targets)
     arm = cell.arm(SIDE)
     sim = _ArmSim(cell)
-    latency = _estimate_latency(sim, targets, log, windows)
+    nominal_kp = np.array(arm.kp, dtype=float)
+    nominal = _Drive(np.ones(ARM_DOF), np.array(arm.joint_damping, dtype=float),
+                     np.array(arm.joint_frictionloss, dtype=float))
+
+    # Screen every latency on the responses' openings (each joint's step and its hold).
+    span = int(round(STEP_HOLD / sim.h))
+    screened = [_fit_drive(sim, nominal_kp, delayed(targets, lat), log, windows, nominal, 1, span, SCREEN_NFEV)
+                for lat in range(MAX_LATENCY + 1)]
+    best = np.argsort([squares for _drive, squares in screened])[:REFINED]
+    full = {int(lat): _fit_drive(sim, nominal_kp, delayed(targets, lat), log, windows, screened[lat][0], 1)
+            for lat in best}
+    latency = min(full, key=lambda lat: full[lat][1])
     ctrl = delayed(targets, latency)
+    drive, _squares = _fit_drive(sim, nominal_kp, ctrl, log, windows, full[latency][0], FIT_PASSES - 1)
 
-    kp = np.array(arm.kp, dtype=float)
-    damping = np.array(arm.joint_damping, dtype=float)
-    friction = np.array(arm.joint_frictionloss, dtype=float)
-    nominal_kp = kp.copy()
-    for _pass in range(FIT_PASSES):
-        for j, (a, b) in enumerate(windows):
-            for i in range(ARM_DOF):
-                sim.set_joint(i, kp[i], damping[i], friction[i])
-            q0, v0 = _start_state(log, a, sim.h)
-            rec = log[a:b, j]
-
-            def residual(x: np.ndarray, j=j, a=a, b=b, q0=q0, v0=v0, rec=rec) -> np.ndarray:
-                sim.set_joint(j, x[0] * nominal_kp[j], x[1], x[2])
-                return sim.run(q0, v0, ctrl[a:b])[:, j] - rec
-
-            x0 = np.array([kp[j] / nominal_kp[j], damping[j], friction[j]])
-            sol = least_squares(residual, x0, bounds=([0.2, 0.0, 0.0], [5.0, 50.0, 20.0]), x_scale=[0.05, 0.2, 0.05],
-                                diff_step=1e-4, xtol=1e-10, ftol=1e-10, gtol=1e-10, max_nfev=60)
-            kp[j], damping[j], friction[j] = sol.x[0] * nominal_kp[j], sol.x[1], sol.x[2]
-
+    kp = drive.kp_factor * nominal_kp
     for i in range(ARM_DOF):
-        sim.set_joint(i, kp[i], damping[i], friction[i])
-    full = sim.run(targets[0], np.zeros(ARM_DOF), ctrl)
-    rms = float(np.sqrt(np.mean((full - log) ** 2)))
-    return ActuatorEstimate(tuple(float(v) for v in kp), tuple(float(v) for v in damping),
-                            tuple(float(v) for v in friction), latency, rms)
+        sim.set_joint(i, kp[i], drive.damping[i], drive.friction[i])
+    simulated = sim.run(targets[0], np.zeros(ARM_DOF), ctrl)
+    rms = float(np.sqrt(np.mean((simulated - log) ** 2)))
+    return ActuatorEstimate(tuple(float(v) for v in kp), tuple(float(v) for v in drive.damping),
+                            tuple(float(v) for v in drive.friction), latency, rms)

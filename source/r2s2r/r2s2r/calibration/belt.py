@@ -10,7 +10,9 @@ jitter steps of variance (v dt jitter)^2 plus differenced tracker noise of covar
 sine transform (DST-I) diagonalises that tridiagonal matrix, so the displacements' exact Gaussian likelihood is a
 sum over independent coefficients, maximised over the jitter and r for all runs at once. The jitter is mostly seen
 at low frequencies, where tracker noise is weak: a millimetre-noise tracker over a few seconds pins it down only to
-tens of percent, so treat it as an order of magnitude.
+tens of percent, so treat it as an order of magnitude. sqrt(r), the tracker noise along the travel that the fit
+needs to explain the displacements, is the fit's residual: well above the tracker's stated noise, the runs are not
+an object riding a belt (it slipped, the tracker lost it).
 """
 
 from __future__ import annotations
@@ -47,16 +49,17 @@ def _check_run(k: int, run: tuple[float, np.ndarray, np.ndarray]) -> tuple[float
     return commanded, times, positions
 
 
-def belt_speed_scale(runs: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, float]:
-    """The belt's true-to-commanded speed ratio and its relative speed jitter.
+def belt_speed_scale(runs: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[float, float, float]:
+    """The belt's true-to-commanded speed ratio, its relative speed jitter and the tracker noise the fit leaves.
 
     Args:
         runs: per belt run, (commanded speed (m/s), times (N,) in s, tracked object positions (N, 3) in m).
 
     Returns:
-        (speed_scale, jitter): the ratio of surface speed to set point, and the standard deviation of the relative
-        speed fluctuation per tracker sample period (the cell redraws it every 20 ms control period, which is
-        also the tracker's period).
+        (speed_scale, jitter, tracker_noise): the ratio of surface speed to set point, the standard deviation of
+        the relative speed fluctuation per tracker sample period (the cell redraws it every 20 ms control period,
+        which is also the tracker's period), and the standard deviation (m) of the position noise along the
+        travel that the fit attributes to the tracker.
 
     Raises:
         CalibrationError: no runs, or a run with a non-positive set point, too few samples, mismatched shapes,
@@ -77,11 +80,12 @@ def belt_speed_scale(runs: list[tuple[float, np.ndarray, np.ndarray]]) -> tuple[
         steps.append((np.diff(along), float(np.median(np.diff(times)))))
     speeds = np.array(speeds)
     scale = float(speeds @ commanded / (commanded @ commanded))
-    return scale, _jitter(steps, speeds)
+    return scale, *_jitter(steps, speeds)
 
 
-def _jitter(steps: list[tuple[np.ndarray, float]], speeds: np.ndarray) -> float:
-    """Maximum-likelihood relative jitter from per-run displacement series (random walk plus tracker noise)."""
+def _jitter(steps: list[tuple[np.ndarray, float]], speeds: np.ndarray) -> tuple[float, float]:
+    """Maximum-likelihood relative jitter and tracker noise (m) from per-run displacement series (random walk plus
+    tracker noise)."""
     coeffs, shapes, mean_steps = [], [], []
     for d, dt in steps:
         n = len(d)
@@ -107,7 +111,7 @@ def _jitter(steps: list[tuple[np.ndarray, float]], speeds: np.ndarray) -> float:
                    options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 2000})
     # The likelihood flattens as the jitter goes to zero; below 1e-4 it is indistinguishable from none.
     jitter = math.sqrt(math.exp(sol.x[0]))
-    return jitter if jitter > 1e-4 else 0.0
+    return (jitter if jitter > 1e-4 else 0.0), math.sqrt(math.exp(sol.x[1]))
 
 
 def object_masses(readings: dict[str, np.ndarray]) -> dict[str, float]:

@@ -1,11 +1,11 @@
 """Ground a world from one recorded calibration session: every estimator, in dependency order.
 
 Starting point is the hand-written ungrounded world (datasheet and tape measure). Each stage replaces that
-world's guesses with estimates from the session: cameras (intrinsics, distortion, blur, exposure, head extrinsics),
-registration of the robot base and conveyor, link-length offsets (given the registered base), actuator gains,
-damping, friction and latency (given base and kinematics), belt speed, object masses and, through the calibrated
-camera, object colours. The result is a world file
-of kind `grounded` whose `provenance` section records the session's hash and every estimator's residuals.
+world's guesses with estimates from the session: registration of the robot base and conveyor, link-length offsets
+(given the registered base), actuator gains, damping, friction and latency (given base and kinematics), belt speed,
+object masses, cameras (intrinsics, distortion, blur, exposure, head extrinsics) and, through the calibrated
+camera, object colours and lighting. The result is a world file of kind `grounded` whose `provenance` section
+records the session's hash, every estimator's residuals and each self-check's residual and bound.
 """
 
 from __future__ import annotations
@@ -192,19 +192,83 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     """Estimate every calibrated parameter from the session file. Returns the grounded cell and the residuals.
 
     The session is read and checked whole first (`read_session`); an estimator that fails names the file and the
-    part of the session it worked on."""
-    from r2s2r.calibration import actuators, appearance, belt, camera, kinematics, registration
-    from r2s2r.calibration.rig import SimRig
+    part of the session it worked on. Each fit's residual is checked against the floor its instruments' noise
+    leaves (`r2s2r.calibration.checks`): one above its bound stops grounding; the residuals and bounds are returned
+    under `self_checks`. The geometry and dynamics estimators run first, being quick: a bad recording there stops
+    grounding before the cameras' minutes of work."""
+    from r2s2r.calibration import actuators, appearance, belt, camera, checks, kinematics, registration
+    from r2s2r.calibration.rig import (CORNER_NOISE_PX, ENCODER_RESOLUTION, OBJECT_TRACKER_NOISE, SCALE_NOISE,
+                                       TRACKER_NOISE, SimRig)
     from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
 
     step = progress or (lambda what: None)
     cell = start.cell
     residuals: dict = {}
+    self_checks: dict = {}
     session = read_session(session_path, cell)
     board = session["board"]
 
     def stage(what: str):
         return _Stage(session_path, what)
+
+    def check(estimator: str, residual: float, floor: float, unit: str) -> None:
+        self_checks[estimator] = checks.check_residual(estimator, residual, floor, unit)
+
+    # -- registration ------------------------------------------------------------------------------------------
+    step("registration")
+    with stage("survey/robot_base"):
+        points = session["survey"]["robot_base"]
+        base_pos, base_rpy, base_rms = registration.register_base(points)
+        check("registration of the robot base", base_rms,
+              checks.least_squares_floor(TRACKER_NOISE, len(points), 6, axes=3), "m")
+    arm = cell.arm("right")
+    cell = _replace_arm(cell, base=dataclasses.replace(arm.base, pos=tuple(map(float, base_pos)),
+                                                       rpy=tuple(map(float, base_rpy))))
+    with stage("survey/conveyor"):
+        points = session["survey"]["conveyor"]
+        center, yaw, belt_rms = registration.register_conveyor(points, cell.belt)
+        check("registration of the conveyor", belt_rms,
+              checks.least_squares_floor(TRACKER_NOISE, len(points), 4, axes=3), "m")
+    cell = cell.replace(belt=dataclasses.replace(cell.belt, center=tuple(map(float, center)), yaw=float(yaw)))
+    residuals["registration"] = {"robot_base_rms_m": base_rms, "conveyor_rms_m": belt_rms}
+
+    # -- kinematics, then actuators on the registered and kinematically calibrated arm -------------------------
+    step("kinematics")
+    with stage("kinematics"):
+        q, flange = session["kinematics"]
+        offsets, kin_rms = kinematics.fit_link_offsets(cell, q, flange)
+        # Seven offsets and the three-axis base tilt correction the fit carries.
+        check("link-offset fit", kin_rms, checks.least_squares_floor(TRACKER_NOISE, len(q), 10, axes=3), "m")
+    cell = _replace_arm(cell, link_length_offsets=tuple(map(float, offsets)))
+    residuals["kinematics"] = {"flange_rms_m": kin_rms}
+    step("actuators")
+    with stage("actuators"):
+        est = actuators.identify_actuators(cell, *session["actuators"])
+        check("drive fit", est.rms, checks.quantisation_floor(ENCODER_RESOLUTION), "rad")
+    cell = _replace_arm(cell, kp=tuple(est.kp), joint_damping=tuple(est.joint_damping),
+                        joint_frictionloss=tuple(est.joint_frictionloss), latency_steps=int(est.latency_steps))
+    residuals["actuators"] = {"response_rms_rad": est.rms}
+
+    # -- belt and masses ---------------------------------------------------------------------------------------
+    step("belt and masses")
+    with stage("belt"):
+        scale, jitter, tracker_noise = belt.belt_speed_scale(session["belt"])
+        # The fit estimates the tracker's noise itself, so its floor is the stated noise.
+        check("belt speed fit", tracker_noise, OBJECT_TRACKER_NOISE, "m")
+    cell = cell.replace(belt=dataclasses.replace(cell.belt, speed_scale=float(scale), speed_jitter=float(jitter)))
+    with stage("masses"):
+        readings = session["masses"]
+        masses = belt.object_masses(readings)
+        deviations = np.concatenate([readings[name] - mass for name, mass in masses.items()])
+        if len(deviations) > len(masses):  # one reading per object leaves no residual to judge
+            check("mass readings", float(np.sqrt(np.mean(deviations ** 2))),
+                  checks.least_squares_floor(SCALE_NOISE, len(deviations), len(masses)), "kg")
+    objects, novel = cell.objects, cell.novel_objects
+    for name, mass in masses.items():
+        objects = _replace_item(objects, name, mass=float(mass))
+        novel = _replace_item(novel, name, mass=float(mass))
+    cell = cell.replace(objects=objects, novel_objects=novel)
+    residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter, "tracker_noise_m": tracker_noise}
 
     # -- cameras ---------------------------------------------------------------------------------------------
     reference_rig = SimRig(start.path)
@@ -216,6 +280,12 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         size = views.shape[1]
         with stage(f"cameras/{cam.name}/views"):
             intr = camera.calibrate_intrinsics(list(views), board, cam.lens.model, camera=cam.name)
+            # Per view: six pose parameters; per camera: fx, fy, cx, cy and, for a fisheye, k1-k3.
+            unknowns = 6 * intr.views_used + (7 if cam.lens.model == "fisheye" else 4)
+            corners = intr.views_used * len(board.corner_points())
+            check(f"camera {cam.name} intrinsics", intr.rms_px,
+                  checks.least_squares_floor(CORNER_NOISE_PX[cam.lens.model] / np.sqrt(2), corners, unknowns,
+                                             axes=2), "px")
             # Same seed as the session: the operator's board poses relative to the camera are alike.
             reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size, seed=data["seed"])
             blur = camera.estimate_blur(list(views), board, reference, camera=cam.name)
@@ -239,51 +309,13 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
                                            "views_rejected": intr.views_rejected}
     cell = cell.replace(cameras=tuple(cameras))
 
-    # -- registration ------------------------------------------------------------------------------------------
-    step("registration")
-    with stage("survey/robot_base"):
-        base_pos, base_rpy, base_rms = registration.register_base(session["survey"]["robot_base"])
-    arm = cell.arm("right")
-    cell = _replace_arm(cell, base=dataclasses.replace(arm.base, pos=tuple(map(float, base_pos)),
-                                                       rpy=tuple(map(float, base_rpy))))
-    with stage("survey/conveyor"):
-        center, yaw, belt_rms = registration.register_conveyor(session["survey"]["conveyor"], cell.belt)
-    cell = cell.replace(belt=dataclasses.replace(cell.belt, center=tuple(map(float, center)), yaw=float(yaw)))
-    residuals["registration"] = {"robot_base_rms_m": base_rms, "conveyor_rms_m": belt_rms}
-
-    # -- kinematics, then actuators on the registered and kinematically calibrated arm -------------------------
-    step("kinematics")
-    with stage("kinematics"):
-        offsets, kin_rms = kinematics.fit_link_offsets(cell, *session["kinematics"])
-    cell = _replace_arm(cell, link_length_offsets=tuple(map(float, offsets)))
-    residuals["kinematics"] = {"flange_rms_m": kin_rms}
-    step("actuators")
-    with stage("actuators"):
-        est = actuators.identify_actuators(cell, *session["actuators"])
-    cell = _replace_arm(cell, kp=tuple(est.kp), joint_damping=tuple(est.joint_damping),
-                        joint_frictionloss=tuple(est.joint_frictionloss), latency_steps=int(est.latency_steps))
-    residuals["actuators"] = {"response_rms_rad": est.rms}
-
-    # -- belt and masses ---------------------------------------------------------------------------------------
-    step("belt and masses")
-    with stage("belt"):
-        scale, jitter = belt.belt_speed_scale(session["belt"])
-    cell = cell.replace(belt=dataclasses.replace(cell.belt, speed_scale=float(scale), speed_jitter=float(jitter)))
-    with stage("masses"):
-        masses = belt.object_masses(session["masses"])
-    objects, novel = cell.objects, cell.novel_objects
-    for name, mass in masses.items():
-        objects = _replace_item(objects, name, mass=float(mass))
-        novel = _replace_item(novel, name, mass=float(mass))
-    cell = cell.replace(objects=objects, novel_objects=novel)
-    residuals["belt"] = {"speed_scale": scale, "speed_jitter": jitter}
-
     # -- appearance, last: it renders through the calibrated camera --------------------------------------------
     step("object colours and lighting")
     for cam_name, scenes in session["appearance"].items():
         with stage(f"appearance/{cam_name}"):
             cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
             cell = cell.replace(lighting=appearance.estimate_lighting(scenes, cell, cam_name))
+    residuals["self_checks"] = self_checks
     return cell.validate(), residuals
 
 
@@ -312,7 +344,8 @@ def _median_exposure(camera, views, reference, board: BoardCfg, name: str) -> fl
         except CalibrationError:  # a finger hides part of the board in one of the two views: skip the pair
             continue
     if not ratios:
-        raise CalibrationError(f"camera {name}: exposure: no view pair shows the whole board in both images")
+        raise CalibrationError(f"camera {name}: exposure: 0 of {len(views)} view pairs usable: expected at least one "
+                               "pair whose session view and reference render both show the whole board")
     return float(np.median(ratios))
 
 

@@ -32,6 +32,9 @@ CALIBRATION_BOARD = BoardCfg()
 # supersampling, 0.2-0.35 px at 2x (focal errors up to 1.5 %), 0.08-0.2 px at 4x (focal within 0.9 %); pinhole
 # corners are within 0.05 px at 2x.
 CALIBRATION_SUPERSAMPLE = {"pinhole": 2, "fisheye": 4}
+# What corner detection then achieves (RMS 2-D error against the true projection, px at 512 px, at the factors above):
+# the noise a camera's reprojection residual is compared with.
+CORNER_NOISE_PX = {"pinhole": 0.05, "fisheye": 0.2}
 # Largest tilt (rad, about each in-plane axis) of the calibration board away from facing the camera.
 BOARD_TILT = 0.45
 
