@@ -201,8 +201,8 @@ def test_a_lost_node_loses_no_trajectory(reference, cluster, real_demos):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    # (The lost node's worker may still finish its chunk locally after the raylet dies; nothing of it arrives.)
     assert proc.returncode == 0, stderr[-3000:]
-    assert list(scratch.glob("*/chunk_*.hdf5.partial"))  # its chunk was cut short there
     # Every requested trajectory, each once, the same as one process makes them.
     assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
     lines = log_lines(cluster.hidden / "chunks.jsonl")
