@@ -117,3 +117,18 @@ def assert_same_demos(a: list[tuple[int, dict]], b: list[tuple[int, dict]]) -> N
         np.testing.assert_array_equal(da["actions"], db["actions"])
         np.testing.assert_array_equal(da["states"], db["states"])
         np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])
+
+
+@pytest.fixture(scope="session")
+def isaaclab_env():
+    """The cell as an Isaac Lab environment (ungrounded world), one per test process: Isaac Lab holds one simulation
+    per process. About 30 s to build with Warp's kernel cache warm, about 4 minutes more on a first run; every test
+    that steps it resets it first."""
+    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+
+    env = PickSortCellEnv(parse_env_cfg("Isaac-R2S2R-PickSort-Ungrounded-v0"))
+    yield env
+    env.close()

@@ -19,7 +19,7 @@ from r2s2r.physics.base import STATE_FIELDS, PeriodicJoint, PhysicsBackend
 # belt) and up to ~60 while a hand grasps, so 128 contacts per world leaves 2x headroom. MJWarp pools contacts
 # across worlds (naconmax = nconmax * nworld), so one busy world may borrow from quiet ones. Constraint rows are
 # a hard per-world limit (njmax): every contact may need 2 * (condim - 1) pyramidal rows (condim 4 on objects and
-# fingertips: 6 rows), plus one row per dof with friction loss and per limited joint; `_default_njmax` sizes it
+# fingertips: 6 rows), plus one row per dof with friction loss and per limited joint; `default_njmax` sizes it
 # for all of them at once (836 rows for the cell; measured on Warp's CPU device, that costs under 1 % against
 # njmax = 256). Overflow drops contacts/rows silently, so `unstable()` reports it.
 DEFAULT_NCONMAX = 128
@@ -63,7 +63,7 @@ def default_device() -> str:
     return "cuda:0" if wp.get_cuda_device_count() > 0 else "cpu"
 
 
-def _default_njmax(model: mujoco.MjModel, nconmax: int) -> int:
+def default_njmax(model: mujoco.MjModel, nconmax: int) -> int:
     maxcondim = int(model.geom_condim.max(initial=1))
     if model.npair:
         maxcondim = max(maxcondim, int(model.pair_dim.max()))
@@ -87,7 +87,7 @@ class MujocoWarpBackend(PhysicsBackend):
         super().__init__(model, nworld, periodic)
         self.device = wp.get_device(device or default_device())
         self.nconmax = nconmax
-        self.njmax = njmax if njmax is not None else _default_njmax(model, nconmax)
+        self.njmax = njmax if njmax is not None else default_njmax(model, nconmax)
         self._hosts: dict[int, mujoco.MjData] = {}
         self._pulled: dict[int, dict[str, np.ndarray]] = {}  # per host copy: its state fields as last pulled
         with wp.ScopedDevice(self.device):

@@ -13,6 +13,14 @@ the belt runs at the episode's set-point times the world's speed scale, with its
 Observations: `policy` is the reference's proprio group flattened in its order: arm_q (7), arm_dq (7), hand_q (20),
 ee_pose (7: grasp-site position, quaternion w,x,y,z), belt_setpoint (1). Reward: 1 on success. `extras["outcome"]`
 names each environment's end after a step: "success", one of the reference's FAILURES, or None while running.
+
+Isaac Lab Mimic: the methods of `ManagerBasedRLMimicEnv` under the same names and signatures, for the end-effector
+"right" (the right grasp site), with the four subtasks of `r2s2r.data.annotate` (`PickSortCellEnvCfg` is the
+`MimicEnvCfg`). They are written here rather than inherited: `ManagerBasedRLMimicEnv` derives from
+`ManagerBasedRLEnv`, so mixing it in would make this direct environment pass Isaac Lab's
+`isinstance(env, ManagerBasedRLEnv)` checks (its policy export then patches observation and action managers this
+environment does not have) and would add manager-based methods (`load_managers`, `reset_to`,
+`export_IO_descriptors`) that fail here. Poses are 4x4 in the environment's frame (the reference's world frame).
 """
 
 from __future__ import annotations
@@ -22,16 +30,22 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from isaaclab.envs import DirectRLEnv
+from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axis, unmake_pose
 
 from r2s2r.cell.mjcf import arm_joint_names, hand_joint_names, object_body_name
+from r2s2r.data.annotate import BIN_HALF_SIZE, CLOSING_FRACTION, LIFT_HEIGHT, NEAR_DISTANCE, signal_traces
 from r2s2r.geometry import quat_to_mat
-from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg
+from r2s2r.isaaclab_tasks.pick_sort.env_cfg import EEF, PickSortCellEnvCfg
 from r2s2r.sim import belt_drive_speed
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
 PROPRIO = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")
 WXYZ_TO_XYZW = [1, 2, 3, 0]
 XYZW_TO_WXYZ = [3, 0, 1, 2]
+# Mimic's targets are absolute and may lie farther from the current posture than a control period's step of the
+# reference's ee_pose mode (15 iterations), so the IK runs to its tolerance (1e-4) or until it stalls.
+MIMIC_IK_ITERATIONS = 100
+TRACKING = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")  # what annotate's signals read
 
 
 class PickSortCellEnv(DirectRLEnv):
@@ -57,6 +71,13 @@ class PickSortCellEnv(DirectRLEnv):
         self._object_adr = [(int(model.joint(n).qposadr[0]), int(model.joint(n).dofadr[0])) for n in names]
         self._action_ids, _ = self.right.find_joints(arm_joint_names("right") + hand_joint_names("right"),
                                                      preserve_order=True)
+        # The grasp site: a fixed offset (MuJoCo's site_pos/site_quat) on a body of the right articulation.
+        site = model.site(self.references[0].index.grasp_site)
+        self._site_body = self.right.body_names.index(model.body(site.bodyid[0]).name)
+        self._site_offset = make_pose(torch.tensor(site.pos, dtype=torch.float32, device=self.device),
+                                      matrix_from_quat(torch.tensor(site.quat[WXYZ_TO_XYZW], dtype=torch.float32,
+                                                                    device=self.device)))
+        self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(self.num_envs)]
         self._pending = torch.zeros(self.num_envs, 27, device=self.device)
         self._substep = 0
         self._next_seed: int | None = None
@@ -82,7 +103,16 @@ class PickSortCellEnv(DirectRLEnv):
                 seed, self._next_seed = self._next_seed, self._next_seed + 1
             self.references[i].reset(seed=seed)
             self.outcome[i] = None
+            self._tracking[i] = {k: [] for k in TRACKING}
         self._write_reference_state(ids)
+
+    def set_state(self, state: np.ndarray, env_id: int = 0) -> None:
+        """Put environment `env_id` at a reference simulator state (`PickSortEnv.state()`: qpos | qvel, e.g. a
+        recorded demo's `states[t]`) within its current episode; the subtask signals start over from there."""
+        self.references[env_id].set_state(state)
+        self._write_reference_state([env_id])
+        self.sim.forward()  # body poses of the new state, as reset() has them
+        self._tracking[env_id] = {k: [] for k in TRACKING}
 
     def _write_reference_state(self, ids: list[int]) -> None:
         """The references' current states (and drive targets) into Newton for environments `ids`."""
@@ -134,6 +164,7 @@ class PickSortCellEnv(DirectRLEnv):
             raise ValueError("actions contain NaN or inf")
         self._pending = actions.clone()
         self._substep = 0
+        self._record_tracking(actions)
         # The belt's speed for this period: set-point, scale and jitter drawn from the reference's belt stream.
         speeds = [belt_drive_speed(ref.cell.belt, ref.belt_speed, ref.belt_rng) for ref in self.references]
         self.conveyor.set_joint_velocity_target_index(
@@ -169,3 +200,96 @@ class PickSortCellEnv(DirectRLEnv):
         self._sync_references()  # environments reset after this step's outcome hold new states
         proprio = [np.concatenate([ref.observe()["proprio"][k] for k in PROPRIO]) for ref in self.references]
         return {"policy": torch.tensor(np.array(proprio), dtype=torch.float32, device=self.device)}
+
+    # -- Isaac Lab Mimic ---------------------------------------------------------------------------------------
+    def _ids(self, env_ids: Sequence[int] | torch.Tensor | None) -> list[int]:
+        return list(range(self.num_envs)) if env_ids is None else [int(i) for i in env_ids]
+
+    def get_robot_eef_pose(self, eef_name: str, env_ids: Sequence[int] | None = None) -> torch.Tensor:
+        """The right grasp site's pose (len(env_ids), 4, 4) from Newton's body state."""
+        if eef_name != EEF:
+            raise ValueError(f"end effector {eef_name!r}: this cell has one, {EEF!r} (the right grasp site)")
+        ids = self._ids(env_ids)
+        body = self.right.data.body_link_pose_w.torch[ids, self._site_body]  # position, quaternion x,y,z,w
+        pose = make_pose(body[:, :3] - self.scene.env_origins[ids], matrix_from_quat(body[:, 3:7]))
+        return pose @ self._site_offset
+
+    def get_object_poses(self, env_ids: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """The subtasks' reference frames: `object` (the episode's object, whichever of the cell's it is) and
+        `target_bin` (the centre of the bin of its colour, axes of the world)."""
+        ids = self._ids(env_ids)
+        refs = [self.references[i] for i in ids]
+        obj = torch.stack([self.objects[ref.all_objects.index(ref.obj)].data.root_link_pose_w.torch[i]
+                           for i, ref in zip(ids, refs)])
+        bins = torch.tensor(np.array([ref.bins[ref.colour].center for ref in refs]), dtype=torch.float32,
+                            device=self.device)
+        eye = torch.eye(3, device=self.device).expand(len(ids), 3, 3)
+        return {"object": make_pose(obj[:, :3] - self.scene.env_origins[ids], matrix_from_quat(obj[:, 3:7])),
+                "target_bin": make_pose(bins, eye)}
+
+    def target_eef_pose_to_action(self, target_eef_pose_dict: dict, gripper_action_dict: dict,
+                                  action_noise_dict: dict | None = None, env_id: int = 0) -> torch.Tensor:
+        """The 27-dim joint action reaching a 4x4 grasp-site target: arm joints by the reference's `ArmIK` (seeded
+        at the measured arm posture), then the 20 hand targets. `action_noise_dict[eef]` perturbs the target
+        before IK: a Gaussian of that many metres on the position and radians on a rotation."""
+        pos, rot = unmake_pose(target_eef_pose_dict[EEF].to(self.device, torch.float32))
+        if action_noise_dict is not None and action_noise_dict.get(EEF):
+            sigma = float(action_noise_dict[EEF])
+            pos = pos + sigma * torch.randn_like(pos)
+            turn = sigma * torch.randn(3, device=self.device)
+            rot = matrix_from_quat(quat_from_angle_axis(turn.norm(), turn / turn.norm().clamp_min(1e-12))) @ rot
+        ik = self.references[env_id].ik
+        arm_ids = self._action_ids[:7]
+        seed = self.right.data.joint_pos.torch[env_id, arm_ids].cpu().numpy().astype(float)
+        q, _ = ik.solve(seed, pos.cpu().numpy().astype(float), rot.cpu().numpy().astype(float),
+                        iterations=MIMIC_IK_ITERATIONS, min_step=1e-7)
+        hand = torch.as_tensor(gripper_action_dict[EEF], dtype=torch.float32, device=self.device).reshape(20)
+        return torch.cat([torch.tensor(q, dtype=torch.float32, device=self.device), hand])
+
+    def action_to_target_eef_pose(self, action: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The grasp-site poses (N, 4, 4) that joint actions (N, 27) command: forward kinematics of their arm
+        targets on the reference model."""
+        ik = self.references[0].ik
+        poses = []
+        for q in torch.as_tensor(action).reshape(-1, 27)[:, :7].cpu().numpy().astype(float):
+            pos, rot = ik.site_pose(q)
+            poses.append(np.vstack([np.column_stack([rot, pos]), [0.0, 0.0, 0.0, 1.0]]))
+        return {EEF: torch.tensor(np.array(poses), dtype=torch.float32, device=self.device)}
+
+    def actions_to_gripper_actions(self, actions: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The 20 hand-joint targets of actions (..., 27)."""
+        return {EEF: torch.as_tensor(actions)[..., 7:]}
+
+    def _record_tracking(self, actions: torch.Tensor) -> None:
+        """One row per control step of what annotate's signals read: the state the action starts from and the
+        action's hand targets (the rows of a recorded demo's `obs/datagen_info`)."""
+        eef = self.get_robot_eef_pose(EEF)[:, :3, 3].cpu().numpy()
+        frames = self.get_object_poses()
+        obj = frames["object"][:, :3, 3].cpu().numpy()
+        bins = frames["target_bin"][:, :3, 3].cpu().numpy()
+        hand = actions[:, 7:].cpu().numpy()
+        for i, rows in enumerate(self._tracking):
+            for key, value in zip(TRACKING, (eef[i], obj[i], hand[i], bins[i])):
+                rows[key].append(value.astype(float))
+
+    def get_subtask_term_signals(self, env_ids: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
+        """Annotate's term signals for the last step taken (row t of a demo after `step(action_t)`), from the
+        episode's tracking so far: `grasp` once the object has been lifted near the hand, `carry` once it has
+        been above its bin after that, `intercept` once lifted or while the hand is closing. Annotate, which sees
+        the whole demo, leaves a closure that opens again before the lift (a failed try) inside intercept; seen
+        step by step such a closure switches `intercept` on and off again, so the two agree on episodes without a
+        retry. All False before the first step of an episode."""
+        signals = {"intercept": [], "grasp": [], "carry": []}
+        for i in self._ids(env_ids):
+            rows = self._tracking[i]
+            on = {name: False for name in signals}
+            if rows["eef_pose"]:
+                tr = signal_traces({k: np.array(v) for k, v in rows.items()}, where=f"environment {i}")
+                lifted = (tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE)
+                on["grasp"] = bool(lifted.any())
+                on["carry"] = on["grasp"] and bool(
+                    (tr["object_bin_distance"][int(np.argmax(lifted)):] < BIN_HALF_SIZE).any())
+                on["intercept"] = on["grasp"] or bool(tr["closure"][-1] > CLOSING_FRACTION)
+            for name in signals:
+                signals[name].append(on[name])
+        return {name: torch.tensor(v, device=self.device) for name, v in signals.items()}

@@ -17,6 +17,7 @@ import isaaclab.sim as sim_utils
 from isaaclab.actuators import ImplicitActuatorCfg
 from isaaclab.assets import ArticulationCfg, AssetBaseCfg, RigidObjectCfg
 from isaaclab.envs import DirectRLEnvCfg
+from isaaclab.envs.mimic_env_cfg import DataGenConfig, MimicEnvCfg, SubTaskConfig
 from isaaclab.scene import InteractiveSceneCfg
 from isaaclab.utils import configclass
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
@@ -25,12 +26,30 @@ from r2s2r.cell import usd
 from r2s2r.cell.mjcf import build_model, object_body_name
 from r2s2r.cell.spec import CellCfg
 from r2s2r.cell.world import load_world
+from r2s2r.physics.mujoco_warp import DEFAULT_NCONMAX, default_njmax
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
 CELL = "{ENV_REGEX_NS}/Cell"
 # stiffness/damping None: the drives keep the gains the stage carries (the MuJoCo model's, per degree).
 STAGE_DRIVES = {"all": ImplicitActuatorCfg(joint_names_expr=[".*"], stiffness=None, damping=None)}
 PROPRIO_DIM = 7 + 7 + 20 + 7 + 1  # arm_q, arm_dq, hand_q, ee_pose, belt_setpoint (the reference's proprio)
+EEF = "right"  # the Mimic end-effector name: the right grasp site
+# Mimic's action noise, added to the absolute target pose before IK: metres on the position, radians on a random
+# rotation. Isaac Lab's default (0.03) is meant for normalized delta actions; 3 cm would miss a grasp.
+ACTION_NOISE = 0.003
+
+# The subtasks of `r2s2r.data.annotate`, each ending where its term signal switches on. Intercept and grasp move
+# relative to the object; carry and release relative to the episode's target bin (`get_object_poses` names both).
+MIMIC_SUBTASKS = {EEF: [
+    SubTaskConfig(object_ref="object", subtask_term_signal="intercept", selection_strategy="nearest_neighbor_object",
+                  action_noise=ACTION_NOISE, description="approach and follow the object, descend over it"),
+    SubTaskConfig(object_ref="object", subtask_term_signal="grasp", action_noise=ACTION_NOISE,
+                  description="close the hand on the object and lift it off the belt"),
+    SubTaskConfig(object_ref="target_bin", subtask_term_signal="carry", action_noise=ACTION_NOISE,
+                  description="carry the object above the bin of its colour"),
+    SubTaskConfig(object_ref="target_bin", subtask_term_signal=None, action_noise=ACTION_NOISE,
+                  description="lower, open the hand and retreat"),
+]}
 
 
 def stage_path(cell: CellCfg) -> str:
@@ -50,8 +69,9 @@ def _asset(root: str) -> str:
 
 
 @configclass
-class PickSortCellEnvCfg(DirectRLEnvCfg):
-    """Set `world` (a world file name or path) and call `bind()`; the factories below do both."""
+class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
+    """Set `world` (a world file name or path) and call `bind()`; the factories below do both. Also a Mimic
+    configuration (Isaac Lab Mimic's data generator requires its environment's cfg to be a `MimicEnvCfg`)."""
 
     world: str = "ungrounded"
     action_space: int = 27  # 7 right-arm + 20 right-hand joint targets (the reference's action_mode="joint")
@@ -61,22 +81,27 @@ class PickSortCellEnvCfg(DirectRLEnvCfg):
     episode_length_s: float = 25.0
     sim: sim_utils.SimulationCfg = sim_utils.SimulationCfg(device="cpu")
     scene: InteractiveSceneCfg = InteractiveSceneCfg(num_envs=1, env_spacing=4.0, replicate_physics=True)
+    datagen_config: DataGenConfig = DataGenConfig(name="r2s2r_pick_sort")
+    subtask_configs: dict[str, list[SubTaskConfig]] = MIMIC_SUBTASKS
 
     def bind(self) -> PickSortCellEnvCfg:
         """Build the world's stage and set the scene, rates and solver from its cell."""
         cell = load_world(self.world).cell
-        opt = build_model(cell).opt
+        model = build_model(cell)
+        opt = model.opt
         task = PickSortEnvCfg()  # the reference task's control rate and episode length
         self.decimation = round(1.0 / (task.control_hz * opt.timestep))
         self.episode_length_s = task.episode_seconds
         self.sim.dt = float(opt.timestep)
         self.sim.render_interval = self.decimation
         # The reference's MuJoCo options, given as MuJoCo's integer constants. No CUDA graphs: on the CPU there
-        # is nothing to capture.
+        # is nothing to capture. Contact and constraint buffers sized as the project's MuJoCo Warp backend sizes
+        # them: with Isaac Lab's defaults a grasp overflowed the contact buffer (MuJoCo Warp then drops contacts).
         self.sim.physics = NewtonCfg(
             solver_cfg=MJWarpSolverCfg(integrator=int(opt.integrator), cone=int(opt.cone), solver=int(opt.solver),
                                        impratio=float(opt.impratio), iterations=int(opt.iterations),
-                                       ls_iterations=int(opt.ls_iterations), tolerance=float(opt.tolerance)),
+                                       ls_iterations=int(opt.ls_iterations), tolerance=float(opt.tolerance),
+                                       nconmax=DEFAULT_NCONMAX, njmax=default_njmax(model, DEFAULT_NCONMAX)),
             num_substeps=1, use_cuda_graph=False)
         scene = self.scene
         scene.cell = AssetBaseCfg(prim_path=CELL, spawn=sim_utils.UsdFileCfg(usd_path=stage_path(cell)))

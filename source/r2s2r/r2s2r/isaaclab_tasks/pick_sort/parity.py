@@ -1,0 +1,94 @@
+"""Parity of the Isaac Lab environment with `R2S2R-PickSort-v0`: one scripted episode's joint actions played in both.
+
+The actions are recorded on MuJoCo C: the scripted controller in `action_mode="ee_pose"`, stored as the joint
+targets its IK commanded plus the hand targets. They are then played in `R2S2R-PickSort-v0` (`action_mode="joint"`)
+and in the Isaac Lab environment from the same seeded reset. Each control step compares the grasp site (forward
+kinematics of each state, since MuJoCo C's `ee_pose` after a step lags the state by one physics step), the object's
+position and the right arm and hand joints. The numbers in docs/isaaclab.md come from
+
+    python -m r2s2r.isaaclab_tasks.pick_sort.parity --world ungrounded --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import torch
+
+from r2s2r.behavior.scripted import ScriptedPickPlace
+from r2s2r.tasks.pick_sort.env import PickSortEnv
+
+MEASURES = ("ee", "object", "arm", "hand")  # m, m, rad, rad
+
+
+def scripted_joint_actions(world: str, seed: int) -> tuple[list[np.ndarray], str | None]:
+    """The scripted episode's actions as joint targets, and how it ended on MuJoCo C."""
+    env = PickSortEnv(world=world, cameras=(), action_mode="ee_pose")
+    controller = ScriptedPickPlace(env.cfg.control_hz)
+    obs, _ = env.reset(seed=seed)
+    controller.reset(env)
+    actions, info = [], {}
+    for _ in range(env.max_steps):
+        action = controller(obs)
+        obs, _, terminated, truncated, info = env.step(action)
+        actions.append(np.concatenate([env.physics.host_data(0).ctrl[env.index.arm_act], action[7:]]))
+        if terminated or truncated:
+            break
+    return actions, "success" if info.get("success") else info.get("failure")
+
+
+def replay(env, world: str, seed: int, actions: list[np.ndarray]) -> dict:
+    """Play `actions` in `R2S2R-PickSort-v0` and in the Isaac Lab environment `env` (one environment, built for
+    `world`); per-step differences under MEASURES, and each side's (step, outcome) or None if it did not end."""
+    ref = PickSortEnv(world=world, cameras=(), action_mode="joint")
+    ref.reset(seed=seed)
+    env.reset(seed=seed)
+    arm_ids, hand_ids = env._action_ids[:7], env._action_ids[7:]
+    diffs = {k: [] for k in MEASURES}
+    ends = {"mujoco_c": None, "isaaclab": None}
+    for t, action in enumerate(actions):
+        _, _, terminated, truncated, info = ref.step(action)
+        if terminated or truncated:
+            ends["mujoco_c"] = (t, "success" if info["success"] else info["failure"])
+        _, _, terminated, truncated, extras = env.step(torch.tensor(action, dtype=torch.float32)[None])
+        if terminated[0] or truncated[0]:
+            ends["isaaclab"] = (t, extras["outcome"][0])
+            break  # the environment has reset: its state is the next episode's
+        state = ref.state()
+        q = env.right.data.joint_pos.torch[0].double().numpy()
+        diffs["ee"].append(np.linalg.norm(env.get_robot_eef_pose("right")[0, :3, 3].double().numpy()
+                                          - ref.ik.site_pose(state[ref.index.arm_qadr])[0]))
+        diffs["object"].append(np.linalg.norm(env.get_object_poses()["object"][0, :3, 3].double().numpy()
+                                              - state[ref.obj_qadr:ref.obj_qadr + 3]))
+        diffs["arm"].append(np.abs(q[arm_ids] - state[ref.index.arm_qadr]).max())
+        diffs["hand"].append(np.abs(q[hand_ids] - state[ref.index.hand_qadr]).max())
+        if ends["mujoco_c"] is not None:
+            break
+    return {"diffs": {k: np.array(v) for k, v in diffs.items()}, **ends}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--world", choices=("grounded", "ungrounded"), default="ungrounded")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+
+    actions, _ = scripted_joint_actions(args.world, args.seed)
+    env = PickSortCellEnv(parse_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0"))
+    try:
+        result = replay(env, args.world, args.seed, actions)
+    finally:
+        env.close()
+    summary = {k: {"max": float(v.max()), "mean": float(v.mean())} for k, v in result["diffs"].items()}
+    print(json.dumps({"world": args.world, "seed": args.seed, "steps": len(actions), "differences": summary,
+                      "mujoco_c": result["mujoco_c"], "isaaclab": result["isaaclab"]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
