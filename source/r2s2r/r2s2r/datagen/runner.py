@@ -71,6 +71,7 @@ class RunSummary:
     trajectories: int = 0  # written to the output
     admitted: int = 0  # admitted in the chunks used (the last chunk may admit more than the output needs)
     attempts: int = 0  # attempted in the chunks used
+    steps: int = 0  # control steps of every attempt's physics in the chunks used
     reasons: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
@@ -393,6 +394,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     summary.admitted, summary.attempts = admitted, attempts
     for chunk in range(n):
         summary.reasons.update(results[chunk].reasons)
+        summary.steps += results[chunk].steps
     _merge(cfg, output, shards, n, summary)
     summary.seconds = time.monotonic() - started
     if not keep_shards and summary.trajectories >= want:

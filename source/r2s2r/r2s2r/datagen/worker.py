@@ -62,6 +62,7 @@ class Attempt:
     reason: str  # "admitted" or why not (a task failure name, a generator's reason, replay_mismatch, ...)
     demo: dict | None = None
     attrs: dict | None = None
+    steps: int = 0  # control steps the attempt's physics ran (its replay for recording not counted)
 
 
 class Worker:
@@ -101,14 +102,15 @@ class Worker:
             if terminated or truncated:
                 break
         if not info["success"]:
-            return Attempt(index, seed, condition, False, info["failure"] or "failed")
+            return Attempt(index, seed, condition, False, info["failure"] or "failed", steps=len(actions))
         demo, replayed = self._record(seed, condition, actions)
         if not replayed["success"] or demo is None:
-            return Attempt(index, seed, condition, False, "replay_mismatch" if demo is not None else "annotation")
+            return Attempt(index, seed, condition, False, "replay_mismatch" if demo is not None else "annotation",
+                           steps=len(actions))
         attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
                  "condition": condition, "object": info["object"], "colour": info["colour"],
                  "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs, **plan_attrs}
-        return Attempt(index, seed, condition, True, "admitted", demo, attrs)
+        return Attempt(index, seed, condition, True, "admitted", demo, attrs, len(actions))
 
     def _record(self, seed: int, condition: str, actions: list[np.ndarray]) -> tuple[dict | None, dict]:
         env = self.record_env
@@ -150,6 +152,7 @@ class ChunkResult:
     seconds: float = 0.0  # spent on the chunk by the process that finished it (0: finished by an earlier run)
     worker: str = ""  # "host:pid" of that process ("": an earlier run's shard, reused)
     node: str = ""  # the Ray node it ran on ("" outside Ray)
+    steps: int = 0  # control steps of every attempt's physics (0 in shards written before it was recorded)
 
 
 def shard_result(path: Path, chunk: int) -> ChunkResult | None:
@@ -161,7 +164,8 @@ def shard_result(path: Path, chunk: int) -> ChunkResult | None:
         if not data.get(SHARD_DONE, False):
             return None
         reasons = json.loads(data["shard_reasons"])
-        return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons)
+        return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons,
+                           steps=int(data.get("shard_steps", 0)))
 
 
 _WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
@@ -190,13 +194,16 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
     os.makedirs(spec.shard_dir, exist_ok=True)
     with DemoWriter(spec.path, spec.cfg.task, {"run": key, "chunk": spec.chunk}) as writer:
         reasons = Counter(json.loads(writer.get_attr("shard_reasons", "{}")))
+        steps = int(writer.get_attr("shard_steps", 0))
         start = int(writer.get_attr("shard_next", spec.attempts.start))
         for index in range(start, spec.attempts.stop):
             result = worker.attempt(index)
             if result.admitted:
                 writer.append(result.demo, result.attrs)
             reasons[result.reason] += 1
+            steps += result.steps
             writer.set_attr("shard_reasons", json.dumps(dict(reasons)))
+            writer.set_attr("shard_steps", steps)
             writer.set_attr("shard_next", index + 1)
             if on_attempt is not None:
                 on_attempt(result)
@@ -204,7 +211,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         writer.set_attr(SHARD_DONE, True)
         admitted = writer.num_demos
     return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons), time.monotonic() - started,
-                       f"{socket.gethostname()}:{os.getpid()}")
+                       f"{socket.gethostname()}:{os.getpid()}", steps=steps)
 
 
 def scratch_dir() -> Path:
