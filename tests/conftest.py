@@ -59,6 +59,28 @@ def built_once(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Pa
     return folder
 
 
+def moved_cell(model, belt_speed: float, cube_pose, drive_offset: float, steps: int):
+    """A non-trivial MjData of the cell: from home, the belt driven at `belt_speed` with the cube placed at
+    `cube_pose` (x, y, z, quaternion w, x, y, z), every other drive commanded `drive_offset` away from home (within
+    its range), then `steps` physics steps."""
+    import mujoco
+    import numpy as np
+
+    data = mujoco.MjData(model)
+    mujoco.mj_resetDataKeyframe(model, data, 0)
+    belt = model.actuator("belt_drive").id
+    data.ctrl[belt] = belt_speed
+    adr = model.jnt_qposadr[model.body("obj_cube").jntadr[0]]
+    data.qpos[adr:adr + 7] = cube_pose
+    for a in range(model.nu):
+        if a != belt:
+            lo, hi = model.actuator_ctrlrange[a]
+            data.ctrl[a] = np.clip(data.ctrl[a] + drive_offset, lo, hi)
+    for _ in range(steps):
+        mujoco.mj_step(model, data)
+    mujoco.mj_forward(model, data)
+    return data
+
 @pytest.fixture(scope="session")
 def real_demos(tmp_path_factory) -> Path:
     """Eight teleoperated demos recorded on the reality twin (no images), as collect_real.py writes them."""

@@ -11,6 +11,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 import pytest
+from conftest import moved_cell
 from pxr import Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade
 
 try:
@@ -48,19 +49,9 @@ def stage(model, cell) -> Usd.Stage:
 @pytest.fixture(scope="module")
 def moved(model) -> mujoco.MjData:
     """0.6 s of physics from home: belt running, the cube riding it, every arm and finger joint commanded away."""
-    data = mujoco.MjData(model)
-    mujoco.mj_resetDataKeyframe(model, data, 0)
-    data.actuator("belt_drive").ctrl = 0.2
-    adr = model.jnt_qposadr[model.body("obj_cube").jntadr[0]]
-    data.qpos[adr:adr + 7] = (-0.6, 0.0, 0.08 + 0.025, 1, 0, 0, 0)
-    for a in range(model.nu):
-        if a != model.actuator("belt_drive").id:
-            lo, hi = model.actuator_ctrlrange[a]
-            data.ctrl[a] = np.clip(data.ctrl[a] + 0.3, lo, hi)
-    x0 = data.qpos[adr]
-    for _ in range(300):
-        mujoco.mj_step(model, data)
-    mujoco.mj_forward(model, data)
+    cube = (-0.6, 0.0, 0.08 + 0.025, 1, 0, 0, 0)
+    data = moved_cell(model, 0.2, cube, 0.3, 300)
+    adr, x0 = model.jnt_qposadr[model.body("obj_cube").jntadr[0]], cube[0]
     # The scenario must actually move what the sync tests rely on.
     assert data.qpos[adr] - x0 > 0.08, "the cube did not ride the belt"
     assert abs(data.joint("belt_slide").qvel[0] - 0.2) < 0.02

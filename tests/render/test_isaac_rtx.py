@@ -11,6 +11,7 @@ import sys
 import mujoco
 import numpy as np
 import pytest
+from conftest import moved_cell
 from pxr import Gf, Usd, UsdGeom, UsdLux, UsdShade
 
 from r2s2r.cell import usd
@@ -36,19 +37,7 @@ def model() -> mujoco.MjModel:
 @pytest.fixture(scope="module")
 def moved(model) -> mujoco.MjData:
     """A non-trivial state: belt running with the cube on it, every arm and finger drive commanded away from home."""
-    data = mujoco.MjData(model)
-    mujoco.mj_resetDataKeyframe(model, data, 0)
-    data.actuator("belt_drive").ctrl = 0.25
-    adr = model.jnt_qposadr[model.body("obj_cube").jntadr[0]]
-    data.qpos[adr:adr + 7] = (-0.5, 0.02, 0.105, np.cos(0.3), 0, 0, np.sin(0.3))
-    belt = model.actuator("belt_drive").id
-    for a in range(model.nu):
-        if a != belt:
-            lo, hi = model.actuator_ctrlrange[a]
-            data.ctrl[a] = np.clip(data.ctrl[a] - 0.25, lo, hi)
-    for _ in range(200):
-        mujoco.mj_step(model, data)
-    mujoco.mj_forward(model, data)
+    data = moved_cell(model, 0.25, (-0.5, 0.02, 0.105, np.cos(0.3), 0, 0, np.sin(0.3)), -0.25, 200)
     home = model.key("home").qpos
     assert np.abs(data.qpos[:14] - home[:14]).max() > 0.1, "the arms did not move"
     return data
