@@ -49,10 +49,7 @@ class SimRig:
         self.model, self.physics, self.index = self.sim.model, self.sim.physics, self.sim.index
         self.physics_hz = 1.0 / self.model.opt.timestep
         self.board_mocap = self.model.body("calibration_board").mocapid[0]
-        self._home()
-
-    def _home(self) -> mujoco.MjData:
-        return self.sim.home()
+        self.sim.home()
 
     def _renderer(self, camera: str, width: int, height: int):
         return self.sim.renderer("mujoco_gl", [camera], width, height,
@@ -70,7 +67,7 @@ class SimRig:
         # Board poses and sensor noise draw from separate streams, so the same seed gives the same poses in any
         # world with or without noise (a reference render then shows the board where the session saw it).
         rng, noise_rng = np.random.default_rng(seed), np.random.default_rng((seed, 1))
-        d = self._home()
+        d = self.sim.home()
         cam = self.model.camera(camera).id
         cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
         near = camera.endswith("_wrist")
@@ -93,7 +90,7 @@ class SimRig:
                 mujoco.mj_forward(self.model, d)
                 if self._board_fully_visible(d, camera, lens):  # the operator watches the live image
                     images.append(renderer.render(self.physics, rng=noise_rng)[camera]["rgb"][0])
-        self._home()
+        self.sim.home()
         if len(images) < count:
             raise RuntimeError(f"{camera}: found only {len(images)} of {count} board poses with the whole board in view")
         return images
@@ -130,12 +127,12 @@ class SimRig:
         return True
 
     def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
-        d = self._home()
+        d = self.sim.home()
         d.mocap_pos[self.board_mocap] = BOARD_FIXTURE_POS
         d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(BOARD_FIXTURE_RPY))
         mujoco.mj_forward(self.model, d)
         image = self._render(camera, width, height, np.random.default_rng(0))
-        self._home()
+        self.sim.home()
         return image
 
     def scene_images(self, camera: str, count: int, width: int, height: int,
@@ -148,7 +145,7 @@ class SimRig:
         out = []
         with self._renderer(camera, width, height) as renderer:
             for i in range(count):
-                d = self._home()
+                d = self.sim.home()
                 self.sim.vary_lights(light_rng, gain=lighting_gain(cell.lighting, light_rng))
                 obj = cell.objects[i % len(cell.objects)]
                 colour = colours[i % len(colours)]
@@ -164,7 +161,7 @@ class SimRig:
                                     "object_quat": d.qpos[adr + 3:adr + 7].copy()}))
         self.sim.paint_objects()
         self.sim.set_lights()
-        self._home()
+        self.sim.home()
         return out
 
     # -- geometry --------------------------------------------------------------------------------------------
@@ -182,7 +179,7 @@ class SimRig:
         if q.shape[1] != 7:
             raise ConfigError(f"joint_positions has shape {q.shape}: expected (N, 7)")
         rng = np.random.default_rng(12)
-        d = self._home()
+        d = self.sim.home()
         site = self.model.site("right_flange").id
         readings, positions = [], []
         for row in q:
@@ -190,7 +187,7 @@ class SimRig:
             mujoco.mj_kinematics(self.model, d)
             readings.append(np.round(row / ENCODER_RESOLUTION) * ENCODER_RESOLUTION)
             positions.append(d.site_xpos[site] + rng.normal(0, TRACKER_NOISE, 3))
-        self._home()
+        self.sim.home()
         return np.array(readings), np.array(positions)
 
     # -- dynamics --------------------------------------------------------------------------------------------
@@ -210,7 +207,7 @@ class SimRig:
             d.ctrl[ix.arm_act] = row
             mujoco.mj_step(m, d)
             log[k] = d.qpos[ix.arm_qadr]
-        self._home()
+        self.sim.home()
         return np.round(log / ENCODER_RESOLUTION) * ENCODER_RESOLUTION
 
     def track_object(self, commanded_speed: float, seconds: float) -> tuple[np.ndarray, np.ndarray]:
@@ -236,7 +233,7 @@ class SimRig:
             self.physics.step(period)
             times.append(d.time)
             positions.append(d.xpos[body] + rng.normal(0, OBJECT_TRACKER_NOISE, 3))
-        self._home()
+        self.sim.home()
         return np.array(times), np.array(positions)
 
     def weigh(self, object_name: str, readings: int) -> np.ndarray:
