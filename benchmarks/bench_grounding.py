@@ -41,6 +41,10 @@ from r2s2r.real.truths import sample_truth, truth_text  # noqa: E402
 from r2s2r.real.twin import TwinRig  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+import calibrate  # noqa: E402
+import record_calibration  # noqa: E402
+
 HEADS = ("head_left", "head_right")
 
 
@@ -102,10 +106,6 @@ def passes(error: float, bound: float) -> bool:
 def ground(truth_path: Path, tmp: Path) -> tuple[dict, float, float, str | None]:
     """Record a session on the twin of `truth_path` and ground it: (errors per parameter and item, record s,
     calibrate s, the calibration's error message if it stopped)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import calibrate
-    import record_calibration
-
     session, output = tmp / f"{truth_path.stem}_session.h5", tmp / f"{truth_path.stem}_grounded.yaml"
     t0 = time.perf_counter()
     record_calibration.record(TwinRig(truth_path), session, views=30, fisheye_views=60, size=512, arm_poses=150,
