@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 GL_PACKAGES="libegl1 libegl-mesa0 libgl1-mesa-dri libosmesa6 libgles2 libglx-mesa0 libgl1"
 # FFmpeg's libraries: torchcodec decodes the LeRobot export's videos with them (Debian 12: FFmpeg 5).
 FFMPEG_PACKAGES="libavcodec59 libavformat59 libavutil57 libswscale6 libavdevice59 libavfilter8 libswresample4"
-APT_PACKAGES="$GL_PACKAGES $FFMPEG_PACKAGES"
+# Chromium: tests/test_viewer.py opens the viser viewer in it, headless, through Playwright (WebGL in SwiftShader).
+BROWSER_PACKAGES="chromium"
+APT_PACKAGES="$GL_PACKAGES $FFMPEG_PACKAGES $BROWSER_PACKAGES"
 missing=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' $APT_PACKAGES 2>/dev/null | awk '$1 != "ii" {print $2}' || true)
 if [ -n "$missing" ] || ! dpkg-query -W $APT_PACKAGES >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
