@@ -94,6 +94,12 @@ def body_prim_path(model: mujoco.MjModel, body_id: int) -> str:
     return f"{asset_prim_path(model, body_id)}/{_ident(model, mujoco.mjtObj.mjOBJ_BODY, body_id, 'body')}"
 
 
+def geom_prim_path(model: mujoco.MjModel, geom_id: int) -> str:
+    b = int(model.geom_bodyid[geom_id])
+    parent = "/World/Static" if b == 0 else body_prim_path(model, b)
+    return f"{parent}/{_ident(model, mujoco.mjtObj.mjOBJ_GEOM, geom_id, 'geom')}"
+
+
 def joint_prim_path(model: mujoco.MjModel, joint_id: int) -> str:
     """A hinge or slide joint's prim, in the Joints scope of its body's asset (free joints have none)."""
     if not 0 <= joint_id < model.njnt:
@@ -197,8 +203,7 @@ def build_stage(model: mujoco.MjModel, cell: CellCfg, path: str | None = None) -
 
     looks = _Looks(stage)
     for gid in range(model.ngeom):
-        b = int(model.geom_bodyid[gid])
-        _add_geom(stage, model, gid, "/World/Static" if b == 0 else body_prim_path(model, b), looks)
+        _add_geom(stage, model, gid, looks)
     _add_body_physics(stage, model)
     _add_joints(stage, model)
     _add_cameras(stage, model, cell)
@@ -272,8 +277,8 @@ class _Looks:
         return self._physics[key]
 
 
-def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, parent: str, looks: _Looks) -> None:
-    path = f"{parent}/{_ident(model, mujoco.mjtObj.mjOBJ_GEOM, gid, 'geom')}"
+def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, looks: _Looks) -> None:
+    path = geom_prim_path(model, gid)
     gtype, size, scale = int(model.geom_type[gid]), model.geom_size[gid], None
     if gtype == _G.mjGEOM_BOX:
         gprim = UsdGeom.Cube.Define(stage, path)

@@ -11,7 +11,11 @@ reach the drives `latency_steps` physics steps into the control period, as the r
 the belt runs at the episode's set-point times the world's speed scale, with its jitter.
 
 Observations: `policy` is the reference's proprio group flattened in its order: arm_q (7), arm_dq (7), hand_q (20),
-ee_pose (7: grasp-site position, quaternion w,x,y,z), belt_setpoint (1). Reward: 1 on success. `extras["outcome"]`
+ee_pose (7: grasp-site position, quaternion w,x,y,z), belt_setpoint (1). With `cfg.cameras`, `images` holds each
+camera's image {name: (num_envs, H, W, 3) uint8} and, with `cfg.depth`, {name_depth: (num_envs, H, W) float32
+metres along the optical axis, 0 where nothing was hit}, as the reference's `images`: Isaac Lab's camera sensor
+draws the lens' pinhole source image with `cfg.renderer`, and the lens' `CameraModel.apply` (the project's
+renderers' own lens, blur, exposure and noise) forms the image from it. Reward: 1 on success. `extras["outcome"]`
 names each environment's end after a step: "success", one of the reference's FAILURES, or None while running.
 
 Isaac Lab Mimic: the methods of `ManagerBasedRLMimicEnv` under the same names and signatures, for the end-effector
@@ -27,15 +31,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import gymnasium as gym
+import mujoco
 import numpy as np
 import torch
 from isaaclab.envs import DirectRLEnv
 from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axis, unmake_pose
+from newton import ShapeFlags
 
+from r2s2r.cell import usd
 from r2s2r.cell.mjcf import arm_joint_names, hand_joint_names, object_body_name
+from r2s2r.core import ConfigError
 from r2s2r.data.annotate import BIN_HALF_SIZE, CLOSING_FRACTION, LIFT_HEIGHT, NEAR_DISTANCE, signal_traces
 from r2s2r.geometry import quat_to_mat
-from r2s2r.isaaclab_tasks.pick_sort.env_cfg import EEF, PickSortCellEnvCfg
+from r2s2r.isaaclab_tasks.pick_sort.env_cfg import EEF, PickSortCellEnvCfg, camera_cfg
+from r2s2r.render.camera_model import CameraModel
+from r2s2r.render.isaac_rtx import kit_running
 from r2s2r.sim import belt_drive_speed
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
@@ -45,17 +56,103 @@ XYZW_TO_WXYZ = [3, 0, 1, 2]
 # Mimic's targets are absolute and may lie farther from the current posture than a control period's step of the
 # reference's ee_pose mode (15 iterations), so the IK runs to its tolerance (1e-4) or until it stalls.
 MIMIC_IK_ITERATIONS = 100
+UP = np.array([0.0, 0.0, 1.0])
 TRACKING = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")  # what annotate's signals read
+
+
+def _encloses(model: mujoco.MjModel, data: mujoco.MjData, g: int, point: np.ndarray) -> bool:
+    """Whether the solid of (convex, primitive) geom `g` holds `point`: a line through a point outside a convex
+    solid meets it on one side of the point at most."""
+    pose = (data.geom_xpos[g], data.geom_xmat[g], model.geom_size[g])
+    return all(mujoco.mju_rayGeom(*pose, point, v, int(model.geom_type[g])) >= 0 for v in (UP, -UP))
+
+
+class NewtonLooks:
+    """The MuJoCo geoms on Newton's model as the reference's renderers draw them, for Newton's ray tracer: which
+    shapes each camera sees, and their colours.
+
+    MuJoCo draws every geom of the cell (groups 0-2). Isaac Lab imports the stage with Newton's
+    `hide_collision_shapes`, which hides a collider on any body that also has a visual-only geom: the arm links'
+    capsules (beside their joint rings) and the belt's surface (under its slats). Those are shown again, except to
+    a camera inside them: each wrist camera lies 3 mm within its link 7 capsule, a surface the reference's renderers
+    do not draw from inside (GL culls back faces; MuJoCo Warp's ray tracer skips it) while Newton's ray tracer
+    would fill that camera's view with it."""
+
+    def __init__(self, manager, model: mujoco.MjModel, env_paths: list[str], cameras: list[str]):
+        self.manager = manager  # Isaac Lab's Newton manager: the Newton model and state
+        newton_model = manager.get_model()
+        labels = {label: s for s, label in enumerate(newton_model.shape_label)}
+        rows = [
+            (labels[path], i, g)
+            for i, env in enumerate(env_paths)
+            for g in range(model.ngeom)
+            if (path := f"{env}/Cell{usd.geom_prim_path(model, g).removeprefix('/World')}") in labels
+        ]
+        self.shapes, self.envs, self.geoms = map(np.array, zip(*rows))
+        self.flags = newton_model.shape_flags.numpy().copy()
+        # Newton keeps the authored mesh of an approximated collider (the ellipsoid's hull) as "<path>_visual",
+        # which is drawn instead.
+        shown = [s for s in self.shapes if newton_model.shape_label[s] + "_visual" not in labels]
+        self.flags[shown] |= int(ShapeFlags.VISIBLE)
+        # MuJoCo draws a plane geom (the floor) as the rectangle its half-sizes give, while Newton's import of the
+        # stage leaves it unbounded, up to the horizon of a wrist camera. Both collide with it unbounded, and the
+        # solver keeps the geometry it was built with.
+        plane = model.geom_type[self.geoms] == mujoco.mjtGeom.mjGEOM_PLANE
+        scale = newton_model.shape_scale.numpy()
+        scale[self.shapes[plane], :2] = 2.0 * model.geom_size[self.geoms[plane], :2]  # Newton's: full extents
+        newton_model.shape_scale.assign(scale)
+        home = mujoco.MjData(model)
+        mujoco.mj_resetDataKeyframe(model, home, 0)
+        mujoco.mj_forward(model, home)
+        eyes = {name: home.cam_xpos[model.camera(name).id] for name in cameras}
+        self.inside = {
+            name: self.shapes[[_encloses(model, home, g, eye) for g in self.geoms]] for name, eye in eyes.items()
+        }
+        self.hidden: np.ndarray | None = None
+
+    def show_to(self, camera: str) -> None:
+        """Make the shapes visible that `camera` is to see (the BVH is rebuilt, in under a millisecond here, only
+        when that set changes)."""
+        hidden = self.inside[camera]
+        if self.hidden is not None and np.array_equal(hidden, self.hidden):
+            return
+        model = self.manager.get_model()
+        flags = self.flags.copy()
+        flags[hidden] &= ~int(ShapeFlags.VISIBLE)
+        model.shape_flags.assign(flags)
+        model.bvh_build_shapes(self.manager.get_state_0())  # the ray tracer's BVH holds the visible shapes
+        self.hidden = hidden
+
+    def paint(self, references: list[PickSortEnv]) -> None:
+        """Each environment's reference geom colours (its episode's paint) on Newton's shapes. Newton's colours are
+        display (sRGB) values, as MuJoCo's rgba are."""
+        model = self.manager.get_model()
+        colours = model.shape_color.numpy()
+        for i, ref in enumerate(references):
+            mine = self.envs == i
+            colours[self.shapes[mine]] = ref.model.geom_rgba[self.geoms[mine], :3]
+        model.shape_color.assign(colours)  # in place: the renderer holds this array
 
 
 class PickSortCellEnv(DirectRLEnv):
     cfg: PickSortCellEnvCfg
 
     def __init__(self, cfg: PickSortCellEnvCfg, render_mode: str | None = None, **kwargs):
+        renderer = cfg.renderer_cfg()  # an unknown renderer fails before anything is built
         self.references = [PickSortEnv(world=cfg.world, cameras=(), action_mode="joint")
                            for _ in range(cfg.scene.num_envs)]
+        self.lenses = self._add_cameras(cfg, renderer)
         super().__init__(cfg, render_mode, **kwargs)
         model = self.references[0].model
+        if self.lenses:
+            h, w = cfg.image_size
+            images = {name: gym.spaces.Box(0, 255, (h, w, 3), np.uint8) for name in self.lenses}
+            if cfg.depth:
+                images.update({f"{name}_depth": gym.spaces.Box(0, np.inf, (h, w), np.float32) for name in self.lenses})
+            self.single_observation_space["images"] = gym.spaces.Dict(images)
+        self.looks = None
+        if self.lenses and cfg.renderer == "newton_warp":
+            self.looks = NewtonLooks(self.sim.physics_manager, model, self.scene.env_prim_paths, list(self.lenses))
         self.latency = self.references[0].sim.latency
         self.right, self.left = self.scene["right_arm"], self.scene["left_arm"]
         self.conveyor = self.scene["conveyor"]
@@ -84,6 +181,24 @@ class PickSortCellEnv(DirectRLEnv):
         self.success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.outcome: list[str | None] = [None] * self.num_envs
 
+    def _add_cameras(self, cfg: PickSortCellEnvCfg, renderer) -> dict[str, CameraModel]:
+        """Each of `cfg.cameras` as a camera sensor of the scene; returns their lens models."""
+        ref = self.references[0]
+        lenses = {c.name: c.lens for c in ref.cell.cameras}
+        for name in cfg.cameras:
+            if name not in lenses:
+                raise ConfigError(f"cameras: {name!r} is not a camera of the cell; expected any of {', '.join(lenses)}")
+        if cfg.cameras and cfg.renderer == "isaac_rtx" and not kit_running():
+            raise ConfigError(
+                "renderer = 'isaac_rtx' (Isaac Lab's IsaacRtxRendererCfg) needs Kit: run inside Isaac Sim "
+                "(`isaaclab -p`, or start isaacsim.SimulationApp first); without it use 'newton_warp'"
+            )
+        h, w = cfg.image_size
+        models = {name: CameraModel(lenses[name], w, h) for name in cfg.cameras}
+        for name, lens in models.items():
+            setattr(cfg.scene, name, camera_cfg(ref.model, name, lens, renderer, cfg.depth))
+        return models
+
     # -- episodes ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None):
         """With `seed`, environment i's episode is the reference's `reset(seed=seed + i)`; later episodes (after
@@ -105,6 +220,8 @@ class PickSortCellEnv(DirectRLEnv):
             self.outcome[i] = None
             self._tracking[i] = {k: [] for k in TRACKING}
         self._write_reference_state(ids)
+        if self.looks is not None:
+            self.looks.paint(self.references)
 
     def set_state(self, state: np.ndarray, env_id: int = 0) -> None:
         """Put environment `env_id` at a reference simulator state (`PickSortEnv.state()`: qpos | qvel, e.g. a
@@ -199,7 +316,24 @@ class PickSortCellEnv(DirectRLEnv):
     def _get_observations(self) -> dict:
         self._sync_references()  # environments reset after this step's outcome hold new states
         proprio = [np.concatenate([ref.observe()["proprio"][k] for k in PROPRIO]) for ref in self.references]
-        return {"policy": torch.tensor(np.array(proprio), dtype=torch.float32, device=self.device)}
+        obs = {"policy": torch.tensor(np.array(proprio), dtype=torch.float32, device=self.device)}
+        if self.lenses:
+            obs["images"] = {k: v for name in self.lenses for k, v in self._images(name).items()}
+        return obs
+
+    def _images(self, name: str) -> dict[str, torch.Tensor]:
+        """Camera `name`'s image of every environment, and with `cfg.depth` its depth: the lens applied to the
+        sensor's pinhole render, sensor noise drawn from each reference episode's generator."""
+        if self.looks is not None:
+            self.looks.show_to(name)  # before the sensor's data is read, which renders it
+        output = self.scene[name].data.output
+        rgb = output["rgb"].torch.cpu().numpy()
+        depth = output["depth"].torch[..., 0].cpu().numpy() if self.cfg.depth else [None] * len(rgb)
+        frames = [self.lenses[name].apply(c, d, rng=ref.np_random) for c, d, ref in zip(rgb, depth, self.references)]
+        images = {name: torch.from_numpy(np.stack([f[0] for f in frames])).to(self.device)}
+        if self.cfg.depth:
+            images[f"{name}_depth"] = torch.from_numpy(np.stack([f[1] for f in frames])).to(self.device)
+        return images
 
     # -- Isaac Lab Mimic ---------------------------------------------------------------------------------------
     def _ids(self, env_ids: Sequence[int] | torch.Tensor | None) -> list[int]:

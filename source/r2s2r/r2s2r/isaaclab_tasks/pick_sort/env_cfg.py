@@ -4,6 +4,10 @@ The scene is the cell's USD stage (`r2s2r.cell.usd.build_stage` of a world file)
 the right arm (arm + hand), the left arm and the conveyor are articulations inside it, each object a rigid object;
 the drives keep the gains the stage carries. Time step, control rate, episode length and the
 MuJoCo solver options come from the same cell and task configuration as `R2S2R-PickSort-v0`.
+
+Cameras (`cameras`, none by default) are Isaac Lab camera sensors rendered by `renderer`: each draws the ideal
+pinhole image its lens' `CameraModel` asks for (`camera_cfg`), which the environment then warps through that lens,
+as the project's MuJoCo renderers do.
 """
 
 from __future__ import annotations
@@ -14,19 +18,27 @@ import tempfile
 from pathlib import Path
 
 import isaaclab.sim as sim_utils
+import mujoco
+import numpy as np
 from isaaclab.actuators import ImplicitActuatorCfg
 from isaaclab.assets import ArticulationCfg, AssetBaseCfg, RigidObjectCfg
 from isaaclab.envs import DirectRLEnvCfg
 from isaaclab.envs.mimic_env_cfg import DataGenConfig, MimicEnvCfg, SubTaskConfig
+from isaaclab.renderers import RendererCfg
 from isaaclab.scene import InteractiveSceneCfg
+from isaaclab.sensors import CameraCfg
 from isaaclab.utils import configclass
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
+from isaaclab_newton.renderers import NewtonWarpRendererCfg
+from isaaclab_physx.renderers import IsaacRtxRendererCfg
 
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import build_model, object_body_name
 from r2s2r.cell.spec import CellCfg
 from r2s2r.cell.world import load_world
+from r2s2r.core import ConfigError
 from r2s2r.physics.mujoco_warp import DEFAULT_NCONMAX, default_njmax
+from r2s2r.render.camera_model import CameraModel
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
 CELL = "{ENV_REGEX_NS}/Cell"
@@ -52,6 +64,11 @@ MIMIC_SUBTASKS = {EEF: [
 ]}
 
 
+# Isaac Lab's renderer configurations by the name `PickSortCellEnvCfg.renderer` takes. Newton Warp ray-traces the
+# Newton model kit-less (also on Warp's CPU device); Isaac RTX needs Kit (Isaac Sim on an RTX GPU).
+RENDERERS = {"newton_warp": NewtonWarpRendererCfg, "isaac_rtx": IsaacRtxRendererCfg}
+
+
 def stage_path(cell: CellCfg) -> str:
     """The cell's USD stage, written once per distinct cell into the temporary folder and reused after that."""
     folder = os.path.join(os.environ.get("R2S2R_USD_CACHE", tempfile.gettempdir()), "r2s2r-usd")
@@ -66,6 +83,40 @@ def stage_path(cell: CellCfg) -> str:
 
 def _asset(root: str) -> str:
     return f"{CELL}/Assets/{root}"
+
+
+def camera_cfg(
+    model: mujoco.MjModel, name: str, lens: CameraModel, renderer: RendererCfg, depth: bool = False
+) -> CameraCfg:
+    """The Isaac Lab camera drawing `lens`'s source image: a centred pinhole of `lens.render_width` x
+    `render_height` pixels and `lens.render_fovy_deg`, where the MuJoCo model has camera `name` (on the body the
+    model mounts it on, or fixed in the environment). The stage's own camera prim there carries the lens' final
+    intrinsics, so this one is a sibling, `<name>_pinhole`. `depth` adds the depth along the optical axis."""
+    c = model.camera(name).id
+    body = int(model.cam_bodyid[c])
+    parent = f"{CELL}/Cameras" if body == 0 else CELL + usd.body_prim_path(model, body).removeprefix("/World")
+    w, h = lens.render_width, lens.render_height
+    # CameraModel puts pixel j's centre at u = j (OpenCV); Isaac Lab and USD's film at u = j + 0.5.
+    k = lens.source_intrinsic_matrix() + np.array([[0.0, 0.0, 0.5], [0.0, 0.0, 0.5], [0.0, 0.0, 0.0]])
+    # Near and far as the MuJoCo renderers clip (Newton's ray tracer applies only the far plane).
+    far = float(model.vis.map.zfar * model.stat.extent)
+    # MuJoCo's camera frame is OpenGL's (looks along -z, +y up); Isaac Lab's quaternions are x, y, z, w.
+    offset = CameraCfg.OffsetCfg(
+        pos=tuple(map(float, model.cam_pos[c])),
+        rot=tuple(map(float, model.cam_quat[c][[1, 2, 3, 0]])),
+        convention="opengl",
+    )
+    return CameraCfg(
+        prim_path=f"{parent}/{name}_pinhole",
+        offset=offset,
+        spawn=sim_utils.PinholeCameraCfg.from_intrinsic_matrix(k.ravel().tolist(), w, h, clipping_range=(0.001, far)),
+        data_types=["rgb", "depth"] if depth else ["rgb"],
+        width=w,
+        height=h,
+        update_latest_camera_pose=body != 0,  # a wrist camera moves with its palm
+        background_color=(0.0, 0.0, 0.0),  # what the project's renderers show where no surface is hit
+        renderer_cfg=renderer,
+    )
 
 
 @configclass
@@ -83,6 +134,17 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
     scene: InteractiveSceneCfg = InteractiveSceneCfg(num_envs=1, env_spacing=4.0, replicate_physics=True)
     datagen_config: DataGenConfig = DataGenConfig(name="r2s2r_pick_sort")
     subtask_configs: dict[str, list[SubTaskConfig]] = MIMIC_SUBTASKS
+    # Image observations, as the reference's: none by default (no rendering); names from the world's cell.
+    cameras: tuple[str, ...] = ()
+    image_size: tuple[int, int] = (128, 128)  # (height, width)
+    depth: bool = False  # each camera's depth as well, `<name>_depth`
+    renderer: str = "newton_warp"  # a key of RENDERERS
+
+    def renderer_cfg(self) -> RendererCfg:
+        """Isaac Lab's configuration of the renderer `renderer` names."""
+        if self.renderer not in RENDERERS:
+            raise ConfigError(f"renderer = {self.renderer!r}: expected one of {', '.join(RENDERERS)}")
+        return RENDERERS[self.renderer]()
 
     def bind(self) -> PickSortCellEnvCfg:
         """Build the world's stage and set the scene, rates and solver from its cell."""

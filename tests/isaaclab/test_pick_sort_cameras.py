@@ -1,0 +1,223 @@
+"""The Isaac Lab environment's cameras: Isaac Lab camera sensors drawn by Newton's Warp ray tracer on the CPU and
+formed by the project's lens model, against the reference's own renderer (MuJoCo Warp's ray tracer) in the same
+states.
+
+Isaac Lab holds one simulation per process, and the session's `isaaclab_env` (no cameras) may already hold this
+one. So the environment with cameras runs in a child process, this file run as a script (`record`): it saves its
+images and, for each, the state it showed, and the tests render the reference in those states.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from r2s2r.core import ConfigError
+from r2s2r.tasks.pick_sort.env import PickSortEnv
+
+TASK = "Isaac-R2S2R-PickSort-Ungrounded-v0"
+CAMERAS = ("head_left", "head_right", "right_wrist", "left_wrist")
+SIZE = (96, 128)  # (height, width): not square, so a swapped axis shows
+SEED = 1  # a red capsule
+BELT_STEPS = 90  # control periods after which the capsule rides the belt in both head cameras' view
+ARM = np.array([0.3, 0.2, 0.0, -0.3, 0.0, 0.2, 0.0])  # rad, on the right arm's joints 1-7
+FRAMES = ("reset", "belt", "arm")  # after reset; one step from the reference's state at BELT_STEPS; arm moved
+RENDER_REPS = 10
+
+
+def record(path: Path) -> None:
+    """Run the Isaac Lab environment with all cameras (and depth) through FRAMES and save each frame's images and
+    the state it showed (the reference's qpos | qvel), and each camera's render time."""
+    import torch
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+
+    cfg = parse_env_cfg(TASK)
+    cfg.cameras, cfg.image_size, cfg.depth = CAMERAS, SIZE, True
+    env = PickSortCellEnv(cfg)
+    out = {}
+
+    def keep(frame: str, obs: dict) -> None:
+        out.update({f"{frame}/{k}": v[0].numpy() for k, v in obs["images"].items()})
+        out[f"{frame}/state"] = env.references[0].state()
+
+    obs, _ = env.reset(seed=SEED)
+    keep("reset", obs)
+    # The reference's physics runs ahead to where the object is in view; Newton takes over from its state.
+    ahead = PickSortEnv(world="ungrounded", cameras=(), action_mode="joint")
+    proprio = ahead.reset(seed=SEED)[0]["proprio"]
+    hold = np.concatenate([proprio["arm_q"], proprio["hand_q"]])
+    for _ in range(BELT_STEPS):
+        ahead.step(hold)
+    env.set_state(ahead.state())
+    obs, *_ = env.step(torch.tensor(hold, dtype=torch.float32)[None])
+    keep("belt", obs)
+    moved = hold.copy()
+    moved[:7] += ARM
+    for _ in range(4):
+        obs, *_ = env.step(torch.tensor(moved, dtype=torch.float32)[None])
+    keep("arm", obs)
+
+    for name in CAMERAS:  # one camera's frame: the sensor's render, then the lens
+        env.looks.show_to(name)
+        sensor = env.scene[name]
+        start = time.perf_counter()
+        for _ in range(RENDER_REPS):
+            sensor.update(0.0, force_recompute=True)
+        render = time.perf_counter() - start
+        source = sensor.data.output["rgb"].torch[0].numpy()
+        start = time.perf_counter()
+        for _ in range(RENDER_REPS):
+            env.lenses[name].apply(source, None)
+        out[f"ms/{name}"] = np.array([render, time.perf_counter() - start]) * 1e3 / RENDER_REPS
+    env.close()
+    np.savez(path, **out)
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+    """{frame: (our images, the reference's images of the same state)}, and the render times under "ms"."""
+    path = tmp_path_factory.mktemp("isaaclab_cameras") / "frames.npz"
+    result = subprocess.run([sys.executable, __file__, str(path)], capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    data = dict(np.load(path))
+    ref = PickSortEnv(
+        world="ungrounded", cameras=CAMERAS, image_size=SIZE, depth=True, action_mode="joint", renderer="mujoco_warp"
+    )
+    ref.reset(seed=SEED)
+    out = {}
+    for frame in FRAMES:
+        ref.set_state(data[f"{frame}/state"])
+        ours = {
+            k.split("/", 1)[1]: v for k, v in data.items() if k.startswith(f"{frame}/") and not k.endswith("/state")
+        }
+        out[frame] = (ours, ref.observe()["images"])
+    ref.close()
+    out["ms"] = {name: data[f"ms/{name}"] for name in CAMERAS}
+    return out
+
+
+def colours(img: np.ndarray) -> np.ndarray:
+    """0, or 1 + the dominant channel where a pixel has a saturated colour (the object, the bins):
+    a colour's hue survives the two renderers' different lighting, its brightness does not."""
+    rgb = img.astype(int)
+    hi, lo = rgb.max(-1), rgb.min(-1)
+    return np.where((hi - lo > hi // 2) & (hi >= 40), 1 + rgb.argmax(-1), 0)
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    return float((a & b).sum() / (a | b).sum())
+
+
+# Measured (SEED, SIZE, the mujoco_warp reference; all cameras in all FRAMES):
+# - where a surface is hit (foreground against the empty background): IoU 1.000;
+# - depth: every pixel hit in both agrees to 1 cm (median difference 0.00 mm);
+# - colour classes shown by >= MIN_COLOUR_PIXELS reference pixels: IoU 0.867-1.000;
+# - mean absolute level difference: 2.7-13 on the wrist cameras, 34-38 on the head cameras. Newton lights the cell
+#   with its default directional light and an ambient term, MuJoCo with the cell's spot lights: the head cameras
+#   see a floor lit evenly in one and in a pool of light in the other.
+HIT_IOU = 0.97
+DEPTH_TOL = 0.01  # m
+DEPTH_AGREE = 0.97  # fraction of the pixels hit in both
+COLOUR_IOU = 0.8
+MIN_COLOUR_PIXELS = 30
+LEVEL_TOL = 50  # mean absolute difference in 0-255 levels: catches a wrong or blank image, not lighting
+
+
+def test_images_have_the_configured_shape_and_show_the_cell(frames):
+    for frame in FRAMES:
+        ours, _ = frames[frame]
+        assert set(ours) == {*CAMERAS, *(f"{name}_depth" for name in CAMERAS)}
+        for name in CAMERAS:
+            rgb, depth = ours[name], ours[f"{name}_depth"]
+            assert rgb.shape == (*SIZE, 3) and rgb.dtype == np.uint8 and depth.shape == SIZE
+            assert rgb.std() > 10, f"{frame} {name}: a flat image"
+            assert (depth > 0).mean() > 0.3, f"{frame} {name}: mostly nothing hit"  # measured >= 0.48
+
+
+def test_images_agree_with_the_reference_renderer_in_the_same_state(frames):
+    for frame in FRAMES:
+        ours, ref = frames[frame]
+        for name in CAMERAS:
+            where = f"{frame} {name}"
+            a, b = ours[f"{name}_depth"], ref[f"{name}_depth"]
+            hit = iou(a > 0, b > 0)
+            both = (a > 0) & (b > 0)
+            agree = (np.abs(a - b)[both] < DEPTH_TOL).mean()
+            ca, cb = colours(ours[name]), colours(ref[name])
+            shown = [c for c in (1, 2, 3) if (cb == c).sum() >= MIN_COLOUR_PIXELS]
+            ious = [iou(ca == c, cb == c) for c in shown]
+            level = np.abs(ours[name].astype(int) - ref[name]).mean()
+            print(
+                f"{where}: hit IoU {hit:.3f}, depth within 1 cm {agree:.3f}, colour IoU {np.round(ious, 3)}, "
+                f"level difference {level:.1f}"
+            )
+            assert hit > HIT_IOU and agree > DEPTH_AGREE, where
+            assert all(v > COLOUR_IOU for v in ious), where
+            assert level < LEVEL_TOL, where
+    # The episode's object (a red capsule) is in view of the head cameras, in red, where the reference shows it.
+    ours, ref = frames["belt"]
+    for name in ("head_left", "head_right"):
+        assert (colours(ref[name]) == 1).sum() > (colours(frames["reset"][1][name]) == 1).sum() + 10, name
+        assert iou(colours(ours[name]) == 1, colours(ref[name]) == 1) > COLOUR_IOU, name
+
+
+def test_moving_the_arm_changes_the_wrist_and_head_images(frames):
+    before, after = frames["belt"][0], frames["arm"][0]
+    for name, least in (("right_wrist", 10.0), ("head_left", 2.0), ("head_right", 2.0)):
+        change = np.abs(after[name].astype(int) - before[name]).mean()
+        print(f"{name}: mean level change {change:.1f}")
+        assert change > least, name
+
+
+def test_render_time(frames):
+    for name, (render, lens) in frames["ms"].items():
+        print(f"{name}: {render:.1f} ms render ({SIZE[1]}x{SIZE[0]} source), {lens:.2f} ms lens")
+        assert render < 1000, name  # measured 5-50 ms on 2 busy cores: a second means something else is wrong
+
+
+def _cfg(**fields):
+    import r2s2r.isaaclab_tasks  # noqa: F401
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    cfg = parse_env_cfg(TASK)
+    for key, value in fields.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+def test_isaac_rtx_is_isaac_labs_renderer_and_needs_kit():
+    from isaaclab_newton.renderers import NewtonWarpRendererCfg
+    from isaaclab_physx.renderers import IsaacRtxRendererCfg
+
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+    from r2s2r.render.isaac_rtx import kit_running
+
+    assert type(_cfg().renderer_cfg()) is NewtonWarpRendererCfg  # the default
+    cfg = _cfg(renderer="isaac_rtx", cameras=("head_left",))
+    assert type(cfg.renderer_cfg()) is IsaacRtxRendererCfg
+    if kit_running():
+        pytest.skip("Kit is running in this process")
+    # Refused before any simulation is made (this process's may belong to the session's environment).
+    with pytest.raises(ConfigError, match="renderer = 'isaac_rtx'.*needs Kit"):
+        PickSortCellEnv(cfg)
+
+
+def test_an_unknown_renderer_or_camera_is_a_config_error():
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+
+    with pytest.raises(ConfigError, match="renderer = 'ovrtx': expected one of newton_warp, isaac_rtx"):
+        PickSortCellEnv(_cfg(renderer="ovrtx"))
+    with pytest.raises(ConfigError, match="cameras: 'nose' is not a camera of the cell"):
+        PickSortCellEnv(_cfg(cameras=("head_left", "nose")))
+
+
+if __name__ == "__main__":
+    record(Path(sys.argv[1]))
