@@ -44,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--video", type=cli.output_file, default="outputs/play.mp4", help="output MP4 path")
     p.add_argument("--episodes", type=cli.positive_int, default=1, help="number of episodes, played back to back")
     p.add_argument("--seed", type=cli.seed, default=0, help="seed of the first episode (then +1 per episode)")
+    p.add_argument("--max-steps", type=cli.positive_int, default=None,
+                   help="cap on control steps per episode, as evaluate.py's (default: the task's episode length); "
+                        "an episode cut there ends as 'max_steps'")
     p.add_argument("--condition", default="nominal", help="reset condition: nominal, lighting, belt_speed, "
                    "novel_objects, combined")
     p.add_argument("--cameras", default="head_left,head_right,right_wrist,left_wrist",
@@ -147,15 +150,17 @@ def play(args: argparse.Namespace, env, controller, writer) -> list[str]:
         for ep in range(args.episodes):
             obs, info = env.reset(seed=args.seed + ep)
             controller.reset(env, obs, np.random.default_rng(args.seed + ep))
-            bar = tqdm(total=env.max_steps, desc=f"episode {ep} ({info['object']}, {info['colour']})", unit="step")
-            while True:
+            steps = env.max_steps if args.max_steps is None else min(args.max_steps, env.max_steps)
+            bar = tqdm(total=steps, desc=f"episode {ep} ({info['object']}, {info['colour']})", unit="step")
+            for _ in range(steps):
                 writer.append_data(tile(obs["images"], env.cfg.cameras, args.size))
                 obs, _, terminated, truncated, info = env.step(controller(obs))
                 bar.update(1)
                 if terminated or truncated:
                     break
             bar.close()
-            outcome = "success" if info["success"] else info["failure"]
+            ended = terminated or truncated
+            outcome = "success" if info["success"] else info["failure"] if ended else "max_steps"
             outcomes.append(outcome)
             print(f"episode {ep}: {outcome} after {info['time']:.1f} s "
                   f"({info['object']}, {info['colour']}, belt {info['belt_speed']:.3f} m/s)")

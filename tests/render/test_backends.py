@@ -211,6 +211,22 @@ def test_shadows_and_multisampling_change_the_image(model):
     np.testing.assert_allclose(b["depth"], a["depth"], atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", RENDERERS)
+def test_a_colour_only_renderer_draws_the_same_colours_and_no_depth(model, backend):
+    if backend == "mujoco_warp":
+        pytest.importorskip("mujoco_warp")
+    physics = home_physics(model, 2)
+    place(model, physics, "obj_cube", CUBE_IN_VIEW, world=1)
+    cameras = ["head_left", "right_wrist"]  # a pinhole and a fisheye lens
+    with make_renderer(backend, model, CELL, cameras, 64, 48) as full, \
+            make_renderer(backend, model, CELL, cameras, 64, 48, depth=False) as colour:
+        a, b = full.render(physics), colour.render(physics)
+    for name in cameras:
+        assert set(a[name]) == {"rgb", "depth"} and set(b[name]) == {"rgb"}
+        np.testing.assert_array_equal(b[name]["rgb"], a[name]["rgb"])
+    assert not np.array_equal(b["head_left"]["rgb"][0], b["head_left"]["rgb"][1])  # the cube shows in world 1
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Configuration errors
 # ----------------------------------------------------------------------------------------------------------------

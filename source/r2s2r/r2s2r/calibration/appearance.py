@@ -29,7 +29,7 @@ def estimate_colours(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, camer
     sim = CellSim(cell)
     colours = {name: np.array(rgba[:3], dtype=float) for name, rgba in cell.colours.items()}
     samples: dict[str, list[tuple]] = defaultdict(list)
-    with sim.renderer("mujoco_gl", [camera], width, height) as renderer:
+    with sim.renderer("mujoco_gl", [camera], width, height, depth=False) as renderer:
 
         def render(info: dict, rgb) -> np.ndarray:
             """The simulated camera image with the tracked object at its pose, painted `rgb`."""
@@ -75,7 +75,7 @@ def estimate_lighting(scenes: list[tuple[np.ndarray, dict]], cell: CellCfg, came
     height, width = scenes[0][0].shape[:2]
     sim = CellSim(cell)
     gains = []
-    with sim.renderer("mujoco_gl", [camera], width, height) as renderer:
+    with sim.renderer("mujoco_gl", [camera], width, height, depth=False) as renderer:
         for image, info in scenes:
             _place(sim, info)
             sim.paint_objects(_object(cell, info["object"]), cell.colours[info["colour"]])

@@ -114,7 +114,8 @@ def image_difference(env, twin_env, states: np.ndarray, cameras: tuple[str, ...]
     states, and one example frame (twin above, world below) of the middle state."""
     from r2s2r.render import make_renderer
 
-    renderers = [make_renderer("mujoco_gl", e.model, e.cell, cameras, size, size, shadows=e.cell.shadows)
+    renderers = [make_renderer("mujoco_gl", e.model, e.cell, cameras, size, size, shadows=e.cell.shadows,
+                                 depth=False)
                  for e in (env, twin_env)]
     diffs: dict[str, list[float]] = {c: [] for c in cameras}
     example = None

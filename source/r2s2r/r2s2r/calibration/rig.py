@@ -52,7 +52,7 @@ class SimRig:
         self.sim.home()
 
     def _renderer(self, camera: str, width: int, height: int):
-        return self.sim.renderer("mujoco_gl", [camera], width, height,
+        return self.sim.renderer("mujoco_gl", [camera], width, height, depth=False,
                                  supersample=CALIBRATION_SUPERSAMPLE[self._lens(camera).model])
 
     def _lens(self, camera: str):

@@ -2,7 +2,8 @@
 
 A backend draws, for each requested camera, the ideal pinhole image its `CameraModel` asks for (centred
 principal point, `render_width` x `render_height`, vertical field of view `render_fovy_deg`) in every world, as
-RGB plus metric depth along the optical axis; this class then applies the camera models. So the lens lives in
+RGB plus (unless the renderer was made with `depth=False`) metric depth along the optical axis; this class then
+applies the camera models. So the lens lives in
 one place and the backends only differ in how they draw.
 
 Conventions shared by all backends (and the camera model):
@@ -38,13 +39,14 @@ class RenderBackend(ABC):
     backend draws the appearance (colours, lights) `model` has when `render` is called, so edits made to it
     between frames, such as a task's per-episode colours, show on all of them.
     `shadows` and `multisample` (anti-aliasing) are off by default because each costs several times the
-    render time on a CPU rasteriser.
+    render time on a CPU rasteriser. `depth=False` skips reading back and converting the depth buffer, which costs
+    about as much as the colour image on the GL path; callers that only look at colour pass it.
     """
 
     name: str
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
-                 shadows: bool = False, multisample: bool = False, supersample: int = 1):
+                 shadows: bool = False, multisample: bool = False, supersample: int = 1, depth: bool = True):
         if isinstance(cameras, str):  # a bare name would otherwise be read as a sequence of letters
             cameras = (cameras,)
         cameras = tuple(cameras)
@@ -63,6 +65,7 @@ class RenderBackend(ABC):
         self.width, self.height = int(width), int(height)
         self.shadows = bool(shadows)
         self.multisample = bool(multisample)
+        self.depth = bool(depth)
         self.camera_ids: dict[str, int] = {}
         for name in cameras:
             cam_id = mujoco.mj_name2id(model, mujoco.mjtObj.mjOBJ_CAMERA, name)
@@ -79,7 +82,8 @@ class RenderBackend(ABC):
 
     def render(self, physics: PhysicsBackend,
                rng: np.random.Generator | None = None) -> dict[str, dict[str, np.ndarray]]:
-        """Images of every world: {camera: {"rgb": (nworld, H, W, 3) uint8, "depth": (nworld, H, W) float32}}.
+        """Images of every world: {camera: {"rgb": (nworld, H, W, 3) uint8, "depth": (nworld, H, W) float32}}, the
+        depth only if the renderer was made with `depth=True`.
 
         Sensor noise (if the lens has any) is drawn from `rng`, camera by camera in `cameras` order.
         """
@@ -92,13 +96,14 @@ class RenderBackend(ABC):
         out = {}
         for name in self.cameras:
             rgb, depth = self.camera_models[name].apply(*sources[name], rng=rng)
-            out[name] = {"rgb": rgb, "depth": depth}
+            out[name] = {"rgb": rgb, "depth": depth} if self.depth else {"rgb": rgb}
         return out
 
     @abstractmethod
     def _render_sources(self, physics: PhysicsBackend) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Pinhole renders per camera: rgb (nworld, h, w, 3) uint8 and depth (nworld, h, w) float32, top row
-        first, at that camera model's render size and field of view; depth 0 where no surface was hit."""
+        """Pinhole renders per camera: rgb (nworld, h, w, 3) uint8 and depth (nworld, h, w) float32 (None if not
+        `self.depth`), top row first, at that camera model's render size and field of view; depth 0 where no
+        surface was hit."""
 
     def close(self) -> None:
         """Free the backend's resources; idempotent."""

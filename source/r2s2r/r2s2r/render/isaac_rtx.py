@@ -243,8 +243,8 @@ class IsaacRtxRenderer(RenderBackend):
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras, width: int, height: int,
                  shadows: bool = False, multisample: bool = False, supersample: int = 1, device: str = "cuda:0",
-                 rt_subframes: int = 1):
-        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample)
+                 rt_subframes: int = 1, depth: bool = True):
+        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample, depth)
         import omni.replicator.core as rep
         import omni.usd
         import usdrt
@@ -334,7 +334,7 @@ class IsaacRtxRenderer(RenderBackend):
             rgb[:, world] = untile(np.asarray(self._annotators["rgb"].get_data()), len(self.cameras), h, w)[..., :3]
             d = untile(np.asarray(self._annotators["distance_to_image_plane"].get_data()), len(self.cameras), h, w)
             depth[:, world] = np.where(np.isfinite(d), d, 0.0)  # no hit reads inf in RTX, 0 in our convention
-        return {name: (rgb[i], depth[i]) for i, name in enumerate(self.cameras)}
+        return {name: (rgb[i], depth[i] if self.depth else None) for i, name in enumerate(self.cameras)}
 
     def close(self) -> None:
         if not self._closed:

@@ -40,8 +40,8 @@ class MujocoGLRenderer(RenderBackend):
     name = "mujoco_gl"
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
-                 shadows: bool = False, multisample: bool = False, supersample: int = 1):
-        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample)
+                 shadows: bool = False, multisample: bool = False, supersample: int = 1, depth: bool = True):
+        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample, depth)
         self._gl = None
         self._ctx = None
         sizes = {name: (cm.render_width, cm.render_height) for name, cm in self.camera_models.items()}
@@ -87,7 +87,7 @@ class MujocoGLRenderer(RenderBackend):
         m, scene = self.model, self._scene
         n = physics.nworld
         raw = {name: (np.empty((n, cm.render_height, cm.render_width, 3), np.uint8),
-                      np.empty((n, cm.render_height, cm.render_width), np.float32))
+                      np.empty((n, cm.render_height, cm.render_width), np.float32) if self.depth else None)
                for name, cm in self.camera_models.items()}
         self._gl.make_current()  # another context (a second renderer) may be current on this thread
         for w in range(n):
@@ -111,8 +111,8 @@ class MujocoGLRenderer(RenderBackend):
                     gl_cam.frustum_width = 0.0
                 rgb, depth = raw[name]
                 mujoco.mjr_render(self._rects[name], scene, self._ctx)
-                mujoco.mjr_readPixels(rgb[w], depth[w], self._rects[name], self._ctx)
-        return {name: (np.ascontiguousarray(rgb[:, ::-1]), self._metric_depth(depth[:, ::-1]))
+                mujoco.mjr_readPixels(rgb[w], None if depth is None else depth[w], self._rects[name], self._ctx)
+        return {name: (np.ascontiguousarray(rgb[:, ::-1]), None if depth is None else self._metric_depth(depth[:, ::-1]))
                 for name, (rgb, depth) in raw.items()}
 
     def _metric_depth(self, z: np.ndarray) -> np.ndarray:

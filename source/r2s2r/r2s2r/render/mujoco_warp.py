@@ -58,8 +58,8 @@ class MujocoWarpRenderer(RenderBackend):
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
                  shadows: bool = False, multisample: bool = False, device: str | None = None,
-                 supersample: int = 1):
-        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample)
+                 supersample: int = 1, depth: bool = True):
+        super().__init__(model, cell, cameras, width, height, shadows, multisample, supersample, depth)
         self._device_name = device
         self._render_model = copy.copy(model)  # see the module docstring: fovy (and shadows) live on this copy
         for name, cm in self.camera_models.items():
@@ -95,7 +95,7 @@ class MujocoWarpRenderer(RenderBackend):
                     self._render_model, nworld=nworld,
                     cam_res=[(self.camera_models[n].render_width, self.camera_models[n].render_height)
                              for n in self._order],
-                    render_rgb=True, render_depth=True, render_seg=False, cam_active=active,
+                    render_rgb=True, render_depth=self.depth, render_seg=False, cam_active=active,
                     use_shadows=self.shadows, background_color=BACKGROUND,
                 )
                 self._castshadow = wp.array(self._render_model.light_castshadow[None].astype(bool), dtype=bool)
@@ -146,14 +146,14 @@ class MujocoWarpRenderer(RenderBackend):
             mjw.refit_bvh(m, d, rc)  # the scene BVH was built for the poses at context creation
             mjw.render(m, d, rc)
             packed = rc.rgb_data.numpy()
-            depth = rc.depth_data.numpy()
+            depth = rc.depth_data.numpy() if self.depth else None
         n = physics.nworld
         # Pixels are packed 0xAARRGGBB; read as little-endian bytes that is B, G, R, A.
         channels = packed.view(np.uint8).reshape(n, -1, 4)
         out = {}
         for name, (offset, h, w) in self._slices.items():
             rgb = np.ascontiguousarray(channels[:, offset:offset + h * w, 2::-1]).reshape(n, h, w, 3)
-            out[name] = (rgb, depth[:, offset:offset + h * w].reshape(n, h, w))
+            out[name] = (rgb, None if depth is None else depth[:, offset:offset + h * w].reshape(n, h, w))
         return out
 
     def close(self) -> None:

@@ -49,7 +49,7 @@ class PickSortEnv(gym.Env):
         self.renderer = None
         if cfg.cameras:
             h, w = cfg.image_size
-            self.renderer = self.sim.renderer(cfg.renderer, cfg.cameras, w, h)
+            self.renderer = self.sim.renderer(cfg.renderer, cfg.cameras, w, h, depth=cfg.depth)
         self.substeps = round(1.0 / (cfg.control_hz * cell.physics.timestep))
         self.max_steps = int(round(cfg.episode_seconds * cfg.control_hz))
 
