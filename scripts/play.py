@@ -59,25 +59,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-class PolicyController:
-    """A trained policy behind the behaviour-generator interface; it is handed only proprio and images."""
-
-    def __init__(self, agent):
-        self.agent = agent
-
-    def reset(self, env, obs: dict, rng: np.random.Generator) -> None:
-        self.agent.reset(int(rng.integers(2**31)))
-
-    def __call__(self, obs: dict) -> np.ndarray:
-        return self.agent.act({"proprio": obs["proprio"], "images": obs["images"]})
-
-
 def make_controller(args: argparse.Namespace, env, agent=None):
     """The acting controller, behind the behaviour-generator interface (reset(env, obs, rng), __call__(obs))."""
     import r2s2r.tasks as tasks
     from r2s2r.behavior import generator_cfg, make_generator
 
     if agent is not None:
+        from r2s2r.policy.agent import PolicyController
+
         return PolicyController(agent)
     if args.controller == "scripted":
         return make_generator("scripted")

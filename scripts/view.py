@@ -230,19 +230,6 @@ class Live:
         return "\n\n".join(lines)
 
 
-class PolicyController:
-    """A trained policy behind the behaviour-generator interface; it is handed only proprio and images."""
-
-    def __init__(self, agent):
-        self.agent = agent
-
-    def reset(self, env, obs: dict, rng: np.random.Generator) -> None:
-        self.agent.reset(int(rng.integers(2**31)))
-
-    def __call__(self, obs: dict) -> np.ndarray:
-        return self.agent.act({"proprio": obs["proprio"], "images": obs["images"]})
-
-
 # -- the viewer -------------------------------------------------------------------------------------------------
 class Viewer:
     """The server side: a source of motion shown through a viser server, and its controls.
@@ -389,7 +376,7 @@ def make_source(args: argparse.Namespace):
         return Recorded(env, name, demo, attrs), task
     task = args.task or DEFAULT_TASK
     if args.checkpoint is not None:
-        from r2s2r.policy.agent import load_agent
+        from r2s2r.policy.agent import PolicyController, load_agent
 
         agent = load_agent(args.checkpoint, seed=args.seed)
         env = tasks.make(task, condition=args.condition, **agent.env_overrides)

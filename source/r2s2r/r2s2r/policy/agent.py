@@ -81,6 +81,20 @@ class PolicyAgent:
         return self.act(obs)
 
 
+class PolicyController:
+    """An agent (`load_agent`) behind the behaviour-generator interface (`reset(env, obs, rng)`, `__call__(obs)`),
+    so a script plays it where it would play a generator; it is handed only proprio and images."""
+
+    def __init__(self, agent):
+        self.agent = agent
+
+    def reset(self, env, obs: dict, rng: np.random.Generator) -> None:
+        self.agent.reset(int(rng.integers(2**31)))
+
+    def __call__(self, obs: dict) -> np.ndarray:
+        return self.agent.act({"proprio": obs["proprio"], "images": obs["images"]})
+
+
 def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
     """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`.
 
