@@ -24,7 +24,9 @@ Isaac Lab Mimic: the methods of `ManagerBasedRLMimicEnv` under the same names an
 `ManagerBasedRLEnv`, so mixing it in would make this direct environment pass Isaac Lab's
 `isinstance(env, ManagerBasedRLEnv)` checks (its policy export then patches observation and action managers this
 environment does not have) and would add manager-based methods (`load_managers`, `reset_to`,
-`export_IO_descriptors`) that fail here. Poses are 4x4 in the environment's frame (the reference's world frame).
+`export_IO_descriptors`) that fail here. Poses are 4x4 in the environment's frame (the reference's world frame):
+world poses less the environment's origin, as Isaac Lab Mimic's own environments give them (its default
+`get_object_poses` reads `scene.get_state(is_relative=True)`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 The scene is the cell's USD stage (`r2s2r.cell.usd.build_stage` of a world file), referenced once per environment;
 the right arm (arm + hand), the left arm and the conveyor are articulations inside it, each object a rigid object;
-the drives keep the gains the stage carries. Time step, control rate, episode length and the
-MuJoCo solver options come from the same cell and task configuration as `R2S2R-PickSort-v0`.
+the drives keep the gains the stage carries. The articulations' world anchors are moved with each environment's
+origin as the stage is spawned (`spawn_cell`), so every environment is the same cell at its own origin. Time
+step, control rate, episode length and the MuJoCo solver options come from the same cell and task configuration
+as `R2S2R-PickSort-v0`.
 
 Cameras (`cameras`, none by default) are Isaac Lab camera sensors rendered by `renderer`: each draws the ideal
 pinhole image its lens' `CameraModel` asks for (`camera_cfg`), which the environment then warps through that lens,
@@ -31,6 +33,7 @@ from isaaclab.utils import configclass
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
 from isaaclab_newton.renderers import NewtonWarpRendererCfg
 from isaaclab_physx.renderers import IsaacRtxRendererCfg
+from pxr import Gf, Usd, UsdGeom, UsdPhysics
 
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import build_model, object_body_name
@@ -83,6 +86,40 @@ def stage_path(cell: CellCfg) -> str:
 
 def _asset(root: str) -> str:
     return f"{CELL}/Assets/{root}"
+
+
+def spawn_cell(prim_path: str, cfg: sim_utils.UsdFileCfg, *args, **kwargs) -> Usd.Prim:
+    """Isaac Lab's USD file spawner, then the cell's world anchors moved to where the spawned cell is.
+
+    The stage fixes each articulation's root link to the world with a FixedJoint that has no body0. Its anchor
+    (localPos0, localRot0) is therefore a pose in the world frame, which the prims above the cell (the
+    environment's, at its origin) do not move. Newton imports the source environment so, and Isaac Lab's clone
+    step then moves each copy by origin_i - origin_0: without this the arms and the conveyor of environment i
+    sat at their cell pose + origin_i - origin_0 while its bins and objects sat at their cell pose + origin_i.
+    Isaac Lab's own world joints (`create_world_fixed_joint`, for `fix_root_link`) are anchored at the root
+    link's world pose in the source environment, so that is what each anchor is set to here (on the stage in
+    memory; the file is shared)."""
+    prim = sim_utils.spawn_from_usd(prim_path, cfg, *args, **kwargs)
+    cell_to_world = UsdGeom.XformCache().GetLocalToWorldTransform(prim).RemoveScaleShear()
+    for joint in map(UsdPhysics.FixedJoint, Usd.PrimRange(prim)):
+        if not joint or joint.GetBody0Rel().GetTargets():
+            continue
+        anchor = Gf.Matrix4d().SetTransform(Gf.Rotation(Gf.Quatd(joint.GetLocalRot0Attr().Get())),
+                                            Gf.Vec3d(joint.GetLocalPos0Attr().Get()))
+        anchor = anchor * cell_to_world  # USD's row vectors: cell frame first, then the cell's pose in the world
+        joint.GetLocalPos0Attr().Set(Gf.Vec3f(anchor.ExtractTranslation()))
+        joint.GetLocalRot0Attr().Set(Gf.Quatf(anchor.ExtractRotationQuat()))
+    return prim
+
+
+def _fixed_base(model: mujoco.MjModel, root: str) -> ArticulationCfg:
+    """The articulation rooted at body `root` (a child of the world), with the drives the stage carries. Its
+    default root pose, which Isaac Lab takes relative to the environment's origin, is the body's pose in the cell:
+    where `spawn_cell` anchors it."""
+    body = model.body(root)
+    init = ArticulationCfg.InitialStateCfg(pos=tuple(map(float, body.pos)),
+                                           rot=tuple(map(float, body.quat[[1, 2, 3, 0]])))  # x, y, z, w
+    return ArticulationCfg(prim_path=_asset(root), spawn=None, init_state=init, actuators=STAGE_DRIVES)
 
 
 def camera_cfg(
@@ -166,10 +203,10 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
                                        nconmax=DEFAULT_NCONMAX, njmax=default_njmax(model, DEFAULT_NCONMAX)),
             num_substeps=1, use_cuda_graph=False)
         scene = self.scene
-        scene.cell = AssetBaseCfg(prim_path=CELL, spawn=sim_utils.UsdFileCfg(usd_path=stage_path(cell)))
-        scene.right_arm = ArticulationCfg(prim_path=_asset("right_base"), spawn=None, actuators=STAGE_DRIVES)
-        scene.left_arm = ArticulationCfg(prim_path=_asset("left_base"), spawn=None, actuators=STAGE_DRIVES)
-        scene.conveyor = ArticulationCfg(prim_path=_asset("conveyor"), spawn=None, actuators=STAGE_DRIVES)
+        scene.cell = AssetBaseCfg(prim_path=CELL, spawn=sim_utils.UsdFileCfg(func=spawn_cell, usd_path=stage_path(cell)))
+        scene.right_arm = _fixed_base(model, "right_base")
+        scene.left_arm = _fixed_base(model, "left_base")
+        scene.conveyor = _fixed_base(model, "conveyor")
         # One rigid object per object body (named as the body). Not a RigidObjectCollectionCfg: the scene creates
         # entities in the order of their prim path depth, and a collection, having no prim path of its own, would
         # come before the stage that holds its bodies.
