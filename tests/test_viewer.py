@@ -176,7 +176,7 @@ def dataset(tmp_path_factory, view) -> Path:
             {
                 "actions": np.array(actions),
                 "states": np.array(states),
-                "initial_state": states[0],
+                "initial_state": states[:1],
                 "obs": {"datagen_info": {"subtask_term_signals": signals}},
             },
             {"seed": 3, "condition": "nominal"},
