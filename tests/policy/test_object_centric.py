@@ -127,7 +127,7 @@ def test_frame_labels_follow_the_tracker_fields():
     turned_info = {**info, "object_pose": {**info["object_pose"], "object": pose_matrices(pos, turned)}}
     np.testing.assert_allclose(frame_labels(turned_info)[:, YAW], labels[:, YAW], atol=1e-5)
     np.testing.assert_allclose(labels[:, SIZE], extents, atol=1e-7)
-    np.testing.assert_allclose(labels[:, BIN], bins, atol=1e-7)
+    np.testing.assert_allclose(labels[:, BIN], bins, atol=1e-6)  # from float32 poses
 
 
 def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_datasets):

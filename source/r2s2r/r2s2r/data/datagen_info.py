@@ -5,10 +5,10 @@ object name; the cell has one end-effector, `EEF` (the right grasp site), and tw
 episode's object) and `TARGET_BIN` (the centre of its bin, axes of the world), the names of the Isaac Lab
 environment's `get_object_poses`. A demo's `datagen_info` holds::
 
-    eef_pose/right          (T, 4, 4) measured grasp-site pose
-    target_eef_pose/right   (T, 4, 4) the pose the action commands
-    object_pose/object      (T, 4, 4) tracked object pose
-    object_pose/target_bin  (T, 4, 4) the target bin's centre, identity rotation
+    eef_pose/right          (T, 4, 4) float32 measured grasp-site pose
+    target_eef_pose/right   (T, 4, 4) float32 the pose the action commands
+    object_pose/object      (T, 4, 4) float32 tracked object pose
+    object_pose/target_bin  (T, 4, 4) float32 the target bin's centre, identity rotation
     gripper_action/right    (T, 20) the action's hand-joint targets
     subtask_term_signals/<name>  (T,) bool, see `r2s2r.data.annotate`
     object_vel (T, 6), belt_speed (T, 1), object_half_extents (T, 3), hand_q (T, 20): the rest of the tracking
@@ -42,13 +42,15 @@ LEGACY_FIELDS = {
 
 
 def pose_matrices(position: np.ndarray, quat_wxyz: np.ndarray) -> np.ndarray:
-    """(T, 4, 4) homogeneous poses from positions (T, 3) and quaternions w,x,y,z (T, 4)."""
+    """(T, 4, 4) homogeneous poses from positions (T, 3) and quaternions w,x,y,z (T, 4), float32: Isaac Lab's
+    recorder stores them so, and Mimic's generator multiplies source poses with the environment's float32 poses
+    (torch does not mix float32 and float64 there)."""
     position = np.asarray(position, dtype=np.float64)
     out = np.zeros((len(position), 4, 4))
     out[:, :3, :3] = quat_to_mat(quat_wxyz)
     out[:, :3, 3] = position
     out[:, 3, 3] = 1.0
-    return out
+    return out.astype(np.float32)
 
 
 def translations(position: np.ndarray) -> np.ndarray:

@@ -11,9 +11,9 @@ demos and robomimic's `SequenceDataset` trains on::
         initial_state      (1, nq + nv) optional: the state the trial started from (Isaac Lab's recorder keeps a
                            leading episode axis)
         obs/<key>          (T, ...) observations the actions were chosen from; camera images uint8 (T, H, W, 3)
-        obs/datagen_info/  Isaac Lab Mimic's source-demo signals, see `r2s2r.data.datagen_info`: (T, 4, 4) poses
-                           per end-effector (`eef_pose/right`, `target_eef_pose/right`) and per object
-                           (`object_pose/object`, `object_pose/target_bin`), `gripper_action/right`,
+        obs/datagen_info/  Isaac Lab Mimic's source-demo signals, see `r2s2r.data.datagen_info`: (T, 4, 4)
+                           float32 poses per end-effector (`eef_pose/right`, `target_eef_pose/right`) and per
+                           object (`object_pose/object`, `object_pose/target_bin`), `gripper_action/right`,
                            `subtask_term_signals/<name>`, and the rest of the tracking
         next_obs/<key>     (T, ...) obs/<key> one step later, the last row repeated (every obs array outside
                            datagen_info; HDF5 virtual datasets mapped onto obs, so they take no space)
@@ -740,7 +740,7 @@ class DemoReader:
                 if width is None:
                     shape, dtype = ds.shape, ds.dtype
                 elif ds.ndim == 2 and ds.shape[1] == width:
-                    shape, dtype = (ds.shape[0], 4, 4), np.dtype(np.float64) if ds.dtype.kind in "iuf" else ds.dtype
+                    shape, dtype = (ds.shape[0], 4, 4), np.dtype(np.float32) if ds.dtype.kind in "iuf" else ds.dtype
                 else:
                     raise DatasetError(f"{self.path}: {demo}: field {name!r} has shape {ds.shape}: expected (T, "
                                        f"{width}), as format_version {version} stores it")
