@@ -13,8 +13,9 @@ release     lowering, opening the hand, retreat: the rest of the demo
 The signals come from `obs/datagen_info` only (tracked object pose, measured hand pose, hand-joint targets, the
 target bin; the layout of `r2s2r.data.datagen_info`), so hardware demos are annotated the same way as the twin's.
 Hand-object *contact* is not recorded by a real cell; "closing near the object" (hand targets past
-`closing_fraction` of the power grasp, palm within `near_distance` of the object) stands in for it. Stored the Isaac Lab Mimic way: one boolean per non-final subtask
-under `obs/datagen_info/subtask_term_signals/<name>`, False before the subtask ends and True from then on.
+`closing_fraction` of the power grasp, palm within `near_distance` of the object) stands in for it. Stored the
+Isaac Lab Mimic way: one boolean per non-final subtask under `obs/datagen_info/subtask_term_signals/<name>`, False
+before the subtask ends and True from then on.
 Corrections (a boundary moved by hand, see `scripts/annotate.py`) are kept in the demo attr `subtask_corrections`.
 """
 

@@ -50,8 +50,8 @@ class EpisodeRecorder:
         images = {k: np.array([s["images"][k] for s in steps], dtype=np.uint8) for k in steps[0]["images"]}
         object_pose = np.concatenate([tracking["object_pos"], tracking["object_quat"]], axis=1)
         # The target pose is the action's hand pose (position, quaternion w,x,y,z: action_mode "ee_pose").
-        info = datagen_info.build(proprio["ee_pose"], actions[:, :7], object_pose, tracking["target_bin_pos"], actions[:, 7:],
-                                  object_vel=tracking["object_vel"], belt_speed=tracking["belt_speed"],
+        info = datagen_info.build(proprio["ee_pose"], actions[:, :7], object_pose, tracking["target_bin_pos"],
+                                  actions[:, 7:], object_vel=tracking["object_vel"], belt_speed=tracking["belt_speed"],
                                   object_half_extents=tracking["object_half_extents"], hand_q=proprio["hand_q"])
         info["subtask_term_signals"] = annotate(info, where=where).term_signals()
         demo = {"actions": actions, "obs": {**images, **proprio, "datagen_info": info}}

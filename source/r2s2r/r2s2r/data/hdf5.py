@@ -527,9 +527,9 @@ class DemoReader:
       for older files.
 
     `load` reads a demo's arrays (older layouts converted) and checks them again (`validate_demo`: e.g. finite
-    states); a read that fails on corrupt bytes is a `DatasetError` naming the file and field. Raises `FileNotFoundError` for a missing file.
-    Messages name the file, the demo and field or attr, the value found and what was expected. Groups a crash left
-    incomplete in a DemoWriter `.partial` file are skipped.
+    states); a read that fails on corrupt bytes is a `DatasetError` naming the file and field. Raises
+    `FileNotFoundError` for a missing file. Messages name the file, the demo and field or attr, the value found and
+    what was expected. Groups a crash left incomplete in a DemoWriter `.partial` file are skipped.
     """
 
     def __init__(self, path: str | os.PathLike, *, action_dim: int = ACTION_DIM, min_demos: int = 0,
