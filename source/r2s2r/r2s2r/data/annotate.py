@@ -92,7 +92,12 @@ def traces(eef_pos: np.ndarray, object_pos: np.ndarray, hand: np.ndarray, bin_po
 def annotate(datagen_info: Mapping, corrections: Mapping[str, int] | None = None, where: str = "demo",
              bin_half_size: float = BIN_HALF_SIZE) -> Annotation:
     """Find the subtask boundaries of one demo from its signals, then apply `corrections` (name -> end step)."""
-    tr = signal_traces(datagen_info, where)
+    return annotate_traces(signal_traces(datagen_info, where), corrections, where, bin_half_size)
+
+
+def annotate_traces(tr: Mapping[str, np.ndarray], corrections: Mapping[str, int] | None = None, where: str = "demo",
+                    bin_half_size: float = BIN_HALF_SIZE) -> Annotation:
+    """`annotate` from the signal traces (`traces`) of an episode that is not stored as a demo."""
     length = len(tr["closure"])
     lifted = (tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE)
     if not lifted.any():
