@@ -35,6 +35,7 @@ from r2s2r.data.annotate import (
     demo_annotation,
     signal_traces,
 )
+from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.data.hdf5 import DatasetError, DemoReader
 
 
@@ -76,7 +77,8 @@ def plot_demo(path: Path, name: str, info: dict, ends: tuple[int, ...], dt: floa
     os.replace(tmp, path)
 
 
-INFO_KEYS = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")  # what the term signals come from
+# What the term signals come from (obs/datagen_info/<path>).
+INFO_PATHS = (f"eef_pose/{EEF}", f"object_pose/{OBJECT}", f"gripper_action/{EEF}", f"object_pose/{TARGET_BIN}")
 
 
 def _corrections(attrs: dict, where: str) -> dict:
@@ -93,7 +95,7 @@ def _corrections(attrs: dict, where: str) -> dict:
 
 def rewrite(dataset: Path, corrections: dict[str, dict[str, int]]) -> None:
     """Store term signals for every demo (applying `corrections`) on a copy, then replace the dataset."""
-    fields = tuple(f"obs/datagen_info/{k}" for k in INFO_KEYS)
+    fields = tuple(f"obs/datagen_info/{k}" for k in INFO_PATHS)
     signals, stored = {}, {}
     with DemoReader(dataset, min_demos=1, fields=fields, finite=fields,
                     purpose="the subtask term signals are computed from them") as reader:
@@ -104,7 +106,7 @@ def rewrite(dataset: Path, corrections: dict[str, dict[str, int]]) -> None:
             where = f"{dataset}: {name}"
             stored[name] = {**_corrections(reader.attrs(name), where), **corrections.get(name, {})}
             info = reader.load(name)["obs"]["datagen_info"]
-            signals[name] = annotate({k: info[k] for k in INFO_KEYS}, stored[name], where).term_signals()
+            signals[name] = annotate(info, stored[name], where).term_signals()
     tmp = dataset.with_name(dataset.name + ".annotating")
     shutil.copyfile(dataset, tmp)
     try:
@@ -141,7 +143,7 @@ def main(argv=None) -> int:
             print(f"{'demo':<10} {'steps':>6} " + " ".join(f"{s + ' ends':>14}" for s in TERM_SIGNALS) + "  source")
             for name in reader.names:
                 attrs = reader.attrs(name)
-                info = reader.load(name, datagen_quat="xyzw").get("obs", {}).get("datagen_info", {})
+                info = reader.load(name).get("obs", {}).get("datagen_info", {})
                 ann = demo_annotation(info, attrs, f"{dataset}: {name}")
                 stored = "stored" if "subtask_term_signals" in info else "computed"
                 fixed = _corrections(attrs, f"{dataset}: {name}")

@@ -9,12 +9,14 @@ Each attempt resets the cell under the nominal condition with the next seed (--s
 human-teleoperator model (r2s2r.real.teleop.HumanTeleop, with a style drawn from the same seed) perform the
 trial. Only successful trials are kept; failed ones are discarded, as an operator's botched takes are.
 
-What each kept demo holds (layout of r2s2r.data.hdf5, which Isaac Lab's HDF5DatasetFileHandler reads):
+What each kept demo holds (layout of r2s2r.data.hdf5, format_version 2: what Isaac Lab Mimic loads as source
+demos and robomimic trains on):
   actions (T, 27); obs/<camera> uint8 (T, S, S, 3) and obs/{arm_q, arm_dq, hand_q, ee_pose}; states (T, nq+nv) and
-  initial_state: the twin's simulator state (a hardware cell has none); obs/datagen_info/{eef_pose,
-  target_eef_pose, object_pose} (x,y,z + quaternion x,y,z,w), object_vel, belt_speed, target_bin_pos,
-  object_half_extents, hand_q, gripper_action and subtask_term_signals/{intercept, grasp, carry} (automatic
-  subtask annotation, r2s2r.data.annotate; inspect or correct it with scripts/annotate.py).
+  initial_state (1, nq+nv): the twin's simulator state (a hardware cell has none); obs/datagen_info in Isaac Lab
+  Mimic's layout (r2s2r.data.datagen_info): (T, 4, 4) poses eef_pose/right, target_eef_pose/right,
+  object_pose/{object, target_bin}, gripper_action/right, the rest of the tracking, and
+  subtask_term_signals/{intercept, grasp, carry} (automatic subtask annotation, r2s2r.data.annotate; inspect or
+  correct it with scripts/annotate.py); next_obs, rewards, dones; the file's mask/{train, valid}.
   Attrs: seed, success, condition, object, colour, belt_speed, source, prompt, teleop_style (JSON).
 
 Resuming: the dataset is written to OUTPUT.partial (flushed after each demo) and renamed to OUTPUT when the run
@@ -201,18 +203,18 @@ def import_demos(sources: list[str | os.PathLike], output: str | os.PathLike) ->
                 raise DatasetError(f"{source}: recorded on task {reader.env_name!r}, but {output} holds "
                                    f"{env_args.get('env_name')!r} demos")
             for name in reader.names:  # every demo read and checked first, before any output file is touched
-                reader.load(name, datagen_quat="xyzw")
+                reader.load(name)
             extra = {k: v for k, v in env_args.items() if k not in ("env_name", "type")}
             with DemoWriter(output, env_args["env_name"], extra) as writer:
                 have = {a.get("imported_from") for a in writer.demo_attrs()}
                 todo = [n for n in reader.names if f"{source.name}:{n}" not in have]
                 for name in todo:  # against the output's demos too, all before copying any
-                    writer.check(reader.load(name, datagen_quat="xyzw"), f"{source}: {name}")
+                    writer.check(reader.load(name), f"{source}: {name}")
                 for name in tqdm(todo, desc=f"importing {source.name}", unit="demo"):
                     attrs = reader.attrs(name)
                     attrs.setdefault("source", f"import:{source.name}")
                     attrs["imported_from"] = f"{source.name}:{name}"
-                    writer.append(reader.load(name, datagen_quat="xyzw"), attrs)
+                    writer.append(reader.load(name), attrs)
                     added += 1
         existing = output
     return added

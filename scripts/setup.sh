@@ -32,5 +32,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --no-deps --ignore-requires-python isaaclab==3.0.0
   # LeRobot's dataset class (requirements.txt says why these two go without their declared dependencies).
   .venv/bin/pip install -q --no-deps datasets==4.1.1 lerobot-dataset==0.4.4
+  # robomimic, the second consumer of our demo files (requirements.txt says why without its dependencies).
+  .venv/bin/pip install -q --no-deps robomimic==0.3.0
   echo "$want" > "$stamp"
 fi

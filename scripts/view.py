@@ -51,8 +51,8 @@ from r2s2r.data.annotate import (  # noqa: E402
     SUBTASKS,
     AnnotationError,
     demo_annotation,
-    signal_traces,
     stored_annotation,
+    traces,
 )
 from r2s2r.data.hdf5 import DatasetError, DemoReader  # noqa: E402
 
@@ -130,7 +130,7 @@ def ends_so_far(trace: dict[str, list]) -> list[int]:
     """The subtask ends of a live episode's steps so far, by the rules of r2s2r.data.annotate.annotate applied to
     what has happened: the grasp starts after the last open hand (before the lift, or now), the carry at the lift
     of the object near the hand, the release once it is above its bin."""
-    tr = signal_traces({k: np.array(v) for k, v in trace.items()}, "live episode")
+    tr = traces(**{k: np.array(v) for k, v in trace.items()})
     n = len(tr["closure"])
     lifted = np.flatnonzero((tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE))
     lift = int(lifted[0]) if lifted.size else n
@@ -193,7 +193,7 @@ class Live:
         self.obs, self.info = self.env.reset(seed=self.seed)
         self.controller.reset(self.env, self.obs, np.random.default_rng(self.seed))
         self.done = False
-        self.trace: dict[str, list] = {"eef_pose": [], "object_pose": [], "gripper_action": [], "target_bin_pos": []}
+        self.trace: dict[str, list] = {"eef_pos": [], "object_pos": [], "hand": [], "bin_pos": []}  # see traces()
         return self.obs
 
     def step(self, frame: int) -> dict | None:
@@ -203,10 +203,10 @@ class Live:
         action = self.controller(obs)
         priv = obs["privileged"]
         for key, value in (
-            ("eef_pose", obs["proprio"]["ee_pose"]),
-            ("gripper_action", action[7:]),
-            ("object_pose", np.concatenate([priv["object_pos"], priv["object_quat"]])),
-            ("target_bin_pos", priv["target_bin_pos"]),
+            ("eef_pos", obs["proprio"]["ee_pose"][:3]),
+            ("hand", action[7:]),
+            ("object_pos", priv["object_pos"]),
+            ("bin_pos", priv["target_bin_pos"]),
         ):
             self.trace[key].append(np.array(value))
         self.obs, _, terminated, truncated, self.info = self.env.step(action)
@@ -223,9 +223,9 @@ class Live:
         ]
         if phase is not None:
             lines.append(f"controller phase: **{phase}**")
-        if self.trace["eef_pose"]:
+        if self.trace["eef_pos"]:
             # Step k's subtask is that of the action taken from frame k; frame `frame` shows the last one's result.
-            steps = len(self.trace["eef_pose"]) if self.done else None
+            steps = len(self.trace["eef_pos"]) if self.done else None
             lines += ["subtasks (found so far):", subtask_table(ends_so_far(self.trace), steps, frame - 1)]
         return "\n\n".join(lines)
 
@@ -350,7 +350,7 @@ def open_episode(path: str, episode: int) -> tuple[str, str, dict, dict, dict]:
                 f"expected an index in [0, {len(r.names) - 1}]"
             )
         name = r.names[episode]
-        return r.env_name, name, r.load(name, datagen_quat="xyzw"), r.attrs(name), dict(r.env_args)
+        return r.env_name, name, r.load(name), r.attrs(name), dict(r.env_args)
 
 
 def make_source(args: argparse.Namespace):

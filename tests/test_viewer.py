@@ -176,7 +176,7 @@ def dataset(tmp_path_factory, view) -> Path:
             {
                 "actions": np.array(actions),
                 "states": np.array(states),
-                "initial_state": states[0],
+                "initial_state": states[:1],
                 "obs": {"datagen_info": {"subtask_term_signals": signals}},
             },
             {"seed": 3, "condition": "nominal"},
@@ -258,7 +258,7 @@ def test_recorded_episode_seeks_its_states_and_shows_its_subtasks(view, dataset,
 def test_live_subtasks_end_where_annotation_puts_them(view):
     """Found step by step in a live episode of the scripted controller, the subtasks come in order and end where
     annotate() puts them in the whole episode (what a recorded demo of it would store)."""
-    from r2s2r.data.annotate import annotate
+    from r2s2r.data.annotate import annotate_traces, traces
 
     source, _ = view.make_source(view.parse_args(["--cameras", ""]))
     try:
@@ -267,7 +267,7 @@ def test_live_subtasks_end_where_annotation_puts_them(view):
         while source.step(len(found)) is not None:
             found.append(view.ends_so_far(source.trace))
         assert source.info["success"]
-        annotation = annotate({k: np.array(v) for k, v in source.trace.items()})
+        annotation = annotate_traces(traces(**{k: np.array(v) for k, v in source.trace.items()}))
         assert found[-1] == list(annotation.ends)
         assert [len(ends) for ends in found] == sorted(len(ends) for ends in found) and len(found[0]) == 0
         text = source.describe(len(found))

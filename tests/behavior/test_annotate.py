@@ -10,7 +10,7 @@ from r2s2r.data.annotate import AnnotationError, annotate, signal_traces, stored
 
 def load_all(path):
     with DemoReader(path) as reader:
-        return [(n, reader.load(n, datagen_quat="xyzw"), reader.attrs(n)) for n in reader.names]
+        return [(n, reader.load(n), reader.attrs(n)) for n in reader.names]
 
 
 def test_recorded_demos_are_annotated_where_the_signals_switch(real_demos):
@@ -33,11 +33,12 @@ def test_recorded_demos_are_annotated_where_the_signals_switch(real_demos):
 def test_annotation_errors_name_the_demo_and_the_missing_signal(real_demos):
     name, demo, _ = load_all(real_demos)[0]
     info = dict(demo["obs"]["datagen_info"])
-    flat = dict(info, object_pose=np.repeat(info["object_pose"][:1], len(info["object_pose"]), axis=0))
+    still = np.repeat(info["object_pose"]["object"][:1], len(demo["actions"]), axis=0)
+    flat = dict(info, object_pose={**info["object_pose"], "object": still})
     with pytest.raises(AnnotationError, match="demo_x: the object is never lifted"):
         annotate(flat, where="demo_x")
     del info["gripper_action"]
-    with pytest.raises(AnnotationError, match="demo_y: obs/datagen_info/gripper_action is missing"):
+    with pytest.raises(AnnotationError, match="demo_y: obs/datagen_info/gripper_action/right is missing"):
         annotate(info, where="demo_y")
     ends = annotate(demo["obs"]["datagen_info"]).ends
     with pytest.raises(AnnotationError, match="not increasing"):

@@ -129,6 +129,6 @@ def test_bad_sources_are_named(tmp_path, real_demos):
     stripped = tmp_path / "stripped.hdf5"
     stripped.write_bytes(real_demos.read_bytes())
     with h5py.File(stripped, "a") as f:
-        del f["data/demo_1/obs/datagen_info/object_pose"]
-    with pytest.raises(DatasetError, match="demo_1: field .obs/datagen_info/object_pose. is missing"):
+        del f["data/demo_1/obs/datagen_info/object_pose/object"]
+    with pytest.raises(DatasetError, match="demo_1: field .obs/datagen_info/object_pose/object. is missing"):
         load_sources(stripped)

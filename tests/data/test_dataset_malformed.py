@@ -6,10 +6,12 @@ Cases:
   truncated    the file cut at many offsets (HDF5 reports a file shorter than its stored end of file).
   flipped      bytes flipped in the superblock, and in the compressed chunks of actions, images and states.
   structure    missing or misplaced groups, datasets and attrs; `env_args` not JSON, not an object, an unknown
-               or missing task; an empty `data` group.
+               or missing task, `env_kwargs` not an object; an empty `data` group; a format_version from the
+               future; masks naming no demo; next_obs mapped onto another demo's obs.
   values       NaN / inf actions, wrong action widths and dtypes, rows that disagree with the actions,
                `num_samples` and `total` that contradict the data, failed demos, bad seeds, float or mixed-size
-               images, mixed widths, and what a tool asks for through the validator's arguments.
+               images, mixed widths, flat datagen_info poses (and, in an older file, flat ones of the wrong width),
+               and what a tool asks for through the validator's arguments.
 """
 
 from __future__ import annotations
@@ -43,10 +45,10 @@ def make_demo(seed: int) -> dict:
             "right_wrist": rng.integers(0, 256, (STEPS, SIZE, SIZE, 3), dtype=np.uint8),
             "arm_q": rng.normal(size=(STEPS, 7)), "arm_dq": rng.normal(size=(STEPS, 7)),
             "hand_q": rng.normal(size=(STEPS, 20)), "ee_pose": rng.normal(size=(STEPS, 7)),
-            "datagen_info": {"object_pose": rng.normal(size=(STEPS, 7))},
+            "datagen_info": {"object_pose": {"object": rng.normal(size=(STEPS, 4, 4))}},
         },
         "states": states,
-        "initial_state": states[0].copy(),
+        "initial_state": states[:1].copy(),
     }
 
 
@@ -135,6 +137,17 @@ def set_value(dataset: str, index, value):
     return edit(fn)
 
 
+def next_obs_of(demo: str, other: str, key: str):
+    """next_obs/<key> of `demo` remapped onto `other`'s obs/<key> (what renaming demo groups by hand leaves)."""
+    def fn(f):
+        source = f[f"data/{other}/obs/{key}"]
+        layout = h5py.VirtualLayout(shape=source.shape, dtype=source.dtype)
+        layout[:] = h5py.VirtualSource(source)
+        del f[f"data/{demo}/next_obs/{key}"]
+        f[f"data/{demo}"].create_virtual_dataset(f"next_obs/{key}", layout)
+    return fn
+
+
 def env_args(**changes):
     def fn(f):
         args = json.loads(f["data"].attrs["env_args"])
@@ -197,8 +210,14 @@ def _cases() -> list[Case]:
              ("demo_0", "'obs/ee_pose'", "uint8 images"), {"cameras": ("ee_pose",)}),
         Case("missing-required-attr", del_attr("data/demo_1", "seed"), ("demo_1", "attr 'seed' is missing"),
              {"attrs": ("seed",)}),
-        Case("required-shape", edit(lambda f: None), ("demo_0", "'obs/datagen_info/object_pose'", "(6, 3)"),
-             {"shapes": {"obs/datagen_info/object_pose": (3,)}}),
+        Case("required-shape", edit(lambda f: None), ("demo_0", "'obs/datagen_info/object_pose/object'", "(6, 3)"),
+             {"shapes": {"obs/datagen_info/object_pose/object": (3,)}}),
+        Case("env-kwargs-a-list", env_args(env_kwargs=[1]), ("env_kwargs = [1]", "JSON object")),
+        Case("format-version-newer", set_attr("/", "format_version", 3), ("'format_version' = 3", "newer")),
+        Case("mask-unknown-demo", replace("mask/valid", np.array([b"demo_7"])), ("'mask/valid'", "demo_7")),
+        Case("mask-numbers", replace("mask/train", np.arange(3)), ("'mask/train'", "demo names")),
+        Case("next-obs-of-another-demo", edit(next_obs_of("demo_1", "demo_0", "hand_q")),
+             ("demo_1", "'next_obs/hand_q'", "/data/demo_0/obs/hand_q", "/data/demo_1/obs/hand_q")),
     ]
     # Values.
     for dataset, index, value in (("data/demo_0/actions", (0, 0), np.nan), ("data/demo_1/actions", (3, 26), np.inf),
@@ -223,8 +242,21 @@ def _cases() -> list[Case]:
              ("demo_0", "'obs/arm_q' is not finite"), {"finite": ("obs/arm_q",)}),
         Case("initial-state-2d", replace("data/demo_0/initial_state", np.zeros((2, 10))),
              ("demo_0", "'initial_state' has shape (2, 10)", "one state")),
-        Case("initial-state-width", replace("data/demo_0/initial_state", np.zeros(9)),
-             ("demo_0", "'initial_state' has shape (9,)", "a row of 'states'")),
+        Case("initial-state-width", replace("data/demo_0/initial_state", np.zeros((1, 9))),
+             ("demo_0", "'initial_state' has shape (1, 9)", "a row of 'states'")),
+        Case("initial-state-flat", replace("data/demo_0/initial_state", np.zeros(10)),
+             ("demo_0", "'initial_state' has shape (10,)", "one state (1, N)")),
+        Case("pose-flat", replace("data/demo_2/obs/datagen_info/object_pose/object", np.zeros((STEPS, 7))),
+             ("demo_2", "'obs/datagen_info/object_pose/object' has shape (6, 7)", "(6, 4, 4) poses")),
+        Case("pose-not-a-group", edit(lambda f: (f["data/demo_1/obs/datagen_info"].__delitem__("object_pose"),
+                                                 f["data/demo_1/obs/datagen_info"].create_dataset(
+                                                     "object_pose", data=np.zeros((STEPS, 4, 4))))),
+             ("demo_1", "'obs/datagen_info/object_pose' has shape (6, 4, 4)", "one array per name")),
+        Case("legacy-pose-width", edit(lambda f: (f.attrs.__setitem__("format_version", 1),
+                                                  f["data/demo_0/obs/datagen_info"].__delitem__("object_pose"),
+                                                  f["data/demo_0/obs/datagen_info"].create_dataset(
+                                                      "object_pose", data=np.zeros((STEPS, 6))))),
+             ("demo_0", "'obs/datagen_info/object_pose' has shape (6, 6)", "(T, 7)", "format_version 1")),
         Case("images-float", replace("data/demo_0/obs/right_wrist", np.zeros((STEPS, SIZE, SIZE, 3), np.float32)),
              ("demo_0", "'obs/right_wrist'", "float32", "expected uint8")),
         Case("images-mixed-sizes", replace("data/demo_2/obs/right_wrist", np.zeros((STEPS, 8, 8, 3), np.uint8)),

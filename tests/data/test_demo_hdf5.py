@@ -1,4 +1,5 @@
-"""The demo dataset writer and reader: Isaac Lab's own HDF5 handler as the oracle reader, crash safety, validation."""
+"""The demo dataset writer and reader: Isaac Lab's own HDF5 handler as the oracle reader, crash safety, validation.
+(Older layouts, Isaac Lab Mimic's pool and robomimic's training: test_mimic_robomimic_files.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import h5py
 import numpy as np
 import pytest
 
-from r2s2r.data import DatasetError, DemoReader, DemoWriter, pose_wxyz_to_xyzw, pose_xyzw_to_wxyz, read_demos
+from r2s2r.data import DatasetError, DemoReader, DemoWriter, read_demos
+from r2s2r.data.datagen_info import matrix_poses, pose_matrices, upgrade_field
 
 ENV = "R2S2R-PickSort-Real-v0"
 ENV_ARGS = {"cameras": ["cam"], "image_size": [8, 8]}
@@ -25,6 +27,7 @@ def make_demo(seed: int, steps: int = 12) -> dict:
     quat /= np.linalg.norm(quat, axis=1, keepdims=True)
     ee = np.concatenate([rng.normal(size=(steps, 3)), quat], axis=1)
     states = rng.normal(size=(steps, 10))
+    poses = pose_matrices(ee[:, :3], quat)
     return {
         "actions": rng.normal(size=(steps, 27)),
         "obs": {
@@ -32,15 +35,15 @@ def make_demo(seed: int, steps: int = 12) -> dict:
             "ee_pose": ee,
             "hand_q": rng.normal(size=(steps, 20)),
             "datagen_info": {
-                "eef_pose": pose_wxyz_to_xyzw(ee),
-                "object_pose": rng.normal(size=(steps, 7)),
-                "target_eef_pose": rng.normal(size=(steps, 7)),
+                "eef_pose": {"right": poses},
+                "object_pose": {"object": poses + 2.0, "target_bin": poses + 3.0},
+                "target_eef_pose": {"right": poses + 1.0},
                 "belt_speed": rng.uniform(0.05, 0.2, (steps, 1)),
                 "subtask_term_signals": {"grasp": np.arange(steps) >= steps // 2},
             },
         },
         "states": states,
-        "initial_state": states[0].copy(),
+        "initial_state": states[:1].copy(),
     }
 
 
@@ -74,12 +77,19 @@ def test_round_trip_through_isaaclab_handler(tmp_path):
     try:
         assert handler.get_env_name() == ENV
         assert handler.get_num_episodes() == 2
-        assert handler.get_format_version() == 1 and not handler.is_legacy_quaternion_format()
+        assert handler.get_format_version() == 2 and not handler.is_legacy_quaternion_format()
         assert sorted(handler.get_episode_names()) == ["demo_0", "demo_1"]
         for name, seed in (("demo_0", 3), ("demo_1", 4)):
             episode = handler.load_episode(name, device="cpu")
             assert int(episode.seed) == seed and bool(episode.success)
-            expected, loaded = flatten(make_demo(seed)), flatten(episode.data)
+            demo = make_demo(seed)
+            # The writer adds robomimic's next observations (obs one step later, the last repeated), the task's
+            # sparse reward and the end of the episode.
+            later = np.r_[np.arange(1, 12), 11]
+            derived = {"next_obs/cam": demo["obs"]["cam"][later], "next_obs/ee_pose": demo["obs"]["ee_pose"][later],
+                       "next_obs/hand_q": demo["obs"]["hand_q"][later], "rewards": np.eye(12)[11],
+                       "dones": np.eye(12)[11]}
+            expected, loaded = {**flatten(demo), **derived}, flatten(episode.data)
             assert set(loaded) == set(expected)
             for key, value in expected.items():
                 np.testing.assert_array_equal(loaded[key].numpy(), value, err_msg=key)
@@ -87,11 +97,16 @@ def test_round_trip_through_isaaclab_handler(tmp_path):
         handler.close()
     with h5py.File(path) as f:
         assert f["data"].attrs["total"] == 24
-        assert json.loads(f["data"].attrs["env_args"]) == {**ENV_ARGS, "env_name": ENV, "type": 2}
+        assert json.loads(f["data"].attrs["env_args"]) == {"env_name": ENV, "type": 2, "env_kwargs": ENV_ARGS}
         assert f["data/demo_1"].attrs["num_samples"] == 12
+        assert f["data/demo_0/next_obs/cam"].is_virtual  # a view of obs/cam, not a copy
+        # robomimic's filter keys: one demo in ten (rounded) for validation; none of two.
+        assert list(f["mask/train"][()]) == [b"demo_0", b"demo_1"] and len(f["mask/valid"]) == 0
     # Our reader agrees, attrs included.
     demos = list(read_demos(path))
     assert [d.name for d in demos] == ["demo_0", "demo_1"]
+    with DemoReader(path) as reader:
+        assert reader.env_args == {**ENV_ARGS, "env_name": ENV, "type": 2} and reader.format_version == 2
     for demo, seed in zip(demos, (3, 4), strict=True):
         assert {k: demo.attrs[k] for k in attrs_for(seed)} == attrs_for(seed)
         assert demo.attrs["num_samples"] == 12
@@ -99,11 +114,20 @@ def test_round_trip_through_isaaclab_handler(tmp_path):
             np.testing.assert_array_equal(flatten(demo.data)[key], value, err_msg=key)
 
 
-def test_pose_quaternion_conversions_are_inverse():
-    pose = np.arange(14.0).reshape(2, 7)
-    xyzw = pose_wxyz_to_xyzw(pose)
-    np.testing.assert_array_equal(xyzw[0], [0, 1, 2, 4, 5, 6, 3])
-    np.testing.assert_array_equal(pose_xyzw_to_wxyz(xyzw), pose)
+def test_pose_matrix_conversions():
+    quat = np.array([[0.5, 0.5, -0.5, 0.5], [-0.6, 0.0, 0.8, 0.0]])  # w,x,y,z; the second with w < 0
+    poses = pose_matrices([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], quat)
+    np.testing.assert_allclose(poses[0, :3, :3], [[0, -1, 0], [0, 0, -1], [1, 0, 0]], atol=1e-6)
+    np.testing.assert_array_equal(poses[:, 3], [[0, 0, 0, 1]] * 2)
+    pos, back = matrix_poses(poses)
+    np.testing.assert_array_equal(pos, [[1, 2, 3], [4, 5, 6]])
+    np.testing.assert_allclose(back, quat * [[1], [-1]], atol=1e-6)  # the same rotations, w >= 0
+    # The flat poses of older files: version 0 stored w,x,y,z, version 1 x,y,z,w; both give the same matrices.
+    flat = np.concatenate([pos, quat], axis=1)
+    np.testing.assert_allclose(upgrade_field("eef_pose", flat, 0), poses, atol=1e-6)
+    np.testing.assert_allclose(upgrade_field("eef_pose", flat[:, [0, 1, 2, 4, 5, 6, 3]], 1), poses, atol=1e-6)
+    bins = upgrade_field("target_bin_pos", pos, 1)
+    np.testing.assert_array_equal(bins[:, :3, :3], np.broadcast_to(np.eye(3), (2, 3, 3)))
 
 
 def test_final_file_appears_only_on_close(tmp_path):
@@ -144,6 +168,32 @@ def test_resume_keeps_exactly_the_complete_demos(tmp_path):
         assert [reader.attrs(n)["seed"] for n in reader.names] == [0, 1, 7]
         assert reader.total == 36
         np.testing.assert_array_equal(reader.load("demo_2")["actions"], make_demo(7)["actions"])
+
+
+def test_extending_a_file_with_a_gap_renumbers_and_relinks_next_obs(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write(path, [0, 1, 2])
+    with h5py.File(path, "a") as f:  # a demo deleted by hand leaves demo_0, demo_2
+        del f["data/demo_1"]
+        f["data"].attrs["total"] = 24
+    with DemoWriter(path, ENV, ENV_ARGS) as writer:
+        assert [a["seed"] for a in writer.demo_attrs()] == [0, 2]
+    with DemoReader(path) as reader, h5py.File(path) as f:
+        assert reader.names == ["demo_0", "demo_1"] and reader.attrs("demo_1")["seed"] == 2
+        # The moved demo's next_obs maps onto its own obs under the new name.
+        np.testing.assert_array_equal(f["data/demo_1/next_obs/hand_q"][:-1], make_demo(2)["obs"]["hand_q"][1:])
+        assert list(f["mask/train"][()]) == [b"demo_0", b"demo_1"]
+
+
+def test_masks_split_the_demos_once(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write(path, range(15))
+    with h5py.File(path) as f:
+        train, valid = ({n.decode() for n in f[f"mask/{k}"][()]} for k in ("train", "valid"))
+    assert len(valid) == 2 and not train & valid and train | valid == {f"demo_{k}" for k in range(15)}
+    write(tmp_path / "again.hdf5", range(15))  # a fixed seed: the same split every time
+    with h5py.File(tmp_path / "again.hdf5") as f:
+        assert {n.decode() for n in f["mask/valid"][()]} == valid
 
 
 def test_resume_after_kill_9_mid_demo(tmp_path):
@@ -218,8 +268,12 @@ def test_nan_action_is_rejected_naming_demo_and_field(tmp_path):
     [
         (lambda d: d.update(actions=d["actions"][:, :26]), "'actions' has shape"),
         (lambda d: d["obs"].update(hand_q=d["obs"]["hand_q"][:-1]), "'obs/hand_q' has shape"),
-        (lambda d: d["obs"]["datagen_info"].update(eef_pose=d["obs"]["datagen_info"]["eef_pose"][:3]),
-         "'obs/datagen_info/eef_pose'"),
+        (lambda d: d["obs"]["datagen_info"]["eef_pose"].update(right=d["obs"]["datagen_info"]["eef_pose"]["right"][:3]),
+         "'obs/datagen_info/eef_pose/right' has shape"),
+        (lambda d: d["obs"]["datagen_info"].update(eef_pose=np.zeros((12, 7))),
+         r"'obs/datagen_info/eef_pose' has shape \(12, 7\): expected \(12, 4, 4\) poses"),
+        (lambda d: d.update(initial_state=d["states"][0]), r"'initial_state' has shape \(10,\): expected one state"),
+        (lambda d: d.update(rewards=np.zeros(12)), "'rewards' is written by DemoWriter"),
         (lambda d: d["obs"].update(cam=d["obs"]["cam"].astype(np.float32)), "'obs/cam' looks like images"),
         (lambda d: d.pop("actions"), "'actions' is missing"),
     ],

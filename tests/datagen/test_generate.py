@@ -47,7 +47,7 @@ def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
             assert attrs["world_file"] == "grounded.yaml" and len(attrs["world_sha256"]) == 64
             steps = len(demo["actions"])
             assert demo["obs"]["right_wrist"].shape == (steps, 16, 16, 3) and demo["states"].shape[0] == steps
-            np.testing.assert_array_equal(demo["initial_state"], demo["states"][0])
+            np.testing.assert_array_equal(demo["initial_state"], demo["states"][:1])
             assert demo["obs"]["datagen_info"]["subtask_term_signals"]["carry"][-1]
         stored = json.loads(reader.data_attrs()["generation_summary"])
         assert stored["trajectories"] == 3
@@ -113,7 +113,7 @@ def test_bad_input_fails_before_any_work(real_demos, tmp_path, monkeypatch, caps
         del f["data/demo_2/obs/datagen_info/subtask_term_signals"]
         del f["data/demo_2/obs/datagen_info/gripper_action"]
     r = run("--task", TASK, f"generator.source={unsignalled}")
-    assert r.returncode == 2 and "demo_2: obs/datagen_info/gripper_action is missing" in r.stderr
+    assert r.returncode == 2 and "demo_2: obs/datagen_info/gripper_action/right is missing" in r.stderr
     r = run("--task", TASK, "generator.nn_k=0", f"generator.source={real_demos}")
     assert r.returncode == 2 and "generator.nn_k = 0" in r.stderr
     r = run("--task", TASK, "env.nope=1", f"generator.source={real_demos}")

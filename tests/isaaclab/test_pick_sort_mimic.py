@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from r2s2r.behavior.scripted import ScriptedPickPlace
-from r2s2r.data.annotate import SUBTASKS, TERM_SIGNALS, annotate
+from r2s2r.data.annotate import SUBTASKS, TERM_SIGNALS, annotate_traces, traces
 from r2s2r.geometry import quat_to_mat
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
@@ -111,12 +111,12 @@ def test_subtask_signals_switch_where_annotate_puts_them(isaaclab_env):
     obs, _ = ref.reset(seed=SIGNAL_SEED)
     controller.reset(ref)
     states, actions, info = [], [], {}
-    keys = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")
+    keys = ("eef_pos", "object_pos", "hand", "bin_pos")  # what annotate's traces are made of
     tracked = {k: [] for k in keys}
     for _ in range(ref.max_steps):
         action = controller(obs)
         states.append(ref.state())
-        for k, v in zip(keys, (obs["proprio"]["ee_pose"], obs["privileged"]["object_pos"], action[7:],
+        for k, v in zip(keys, (obs["proprio"]["ee_pose"][:3], obs["privileged"]["object_pos"], action[7:],
                                obs["privileged"]["target_bin_pos"])):
             tracked[k].append(v)
         obs, _, terminated, truncated, info = ref.step(action)
@@ -125,7 +125,7 @@ def test_subtask_signals_switch_where_annotate_puts_them(isaaclab_env):
         if terminated or truncated:
             break
     assert info["success"]
-    ref_ends = annotate({k: np.array(v) for k, v in tracked.items()}).ends
+    ref_ends = annotate_traces(traces(**{k: np.array(v) for k, v in tracked.items()})).ends
 
     isaaclab_env.reset(seed=SIGNAL_SEED)
     start = ref_ends[0] - LEAD
@@ -144,7 +144,7 @@ def test_subtask_signals_switch_where_annotate_puts_them(isaaclab_env):
             else:
                 assert name not in switched, f"{name} switched off again at step {t}"
     # The isaaclab_env's signals, step by step, where annotate puts them on the same Newton run seen whole ...
-    ends = annotate({k: np.array(v) for k, v in tracked.items()}).ends
+    ends = annotate_traces(traces(**{k: np.array(v) for k, v in tracked.items()})).ends
     assert tuple(switched.get(name) for name in TERM_SIGNALS) == ends
     # ... and where annotate put them on MuJoCo C (measured: the same steps).
     newton = tuple(start + e for e in ends)

@@ -13,6 +13,7 @@ import torch
 from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError
+from r2s2r.data.datagen_info import pose_matrices, translations
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
 from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
@@ -114,18 +115,19 @@ def test_frame_labels_follow_the_tracker_fields():
     quat_wxyz = np.array([mat_to_quat(rpy_to_mat((0.0, 0.0, y))) for y in yaw])
     pos = rng.normal(size=(T, 3))
     extents = np.tile([0.035, 0.022, 0.022], (T, 1))
-    info = {"object_pose": np.concatenate([pos, quat_wxyz[:, 1:], quat_wxyz[:, :1]], axis=1),  # x,y,z,w on file
-            "object_half_extents": extents, "target_bin_pos": np.tile([0.5, -0.4, 0.05], (T, 1))}
+    bins = np.tile([0.5, -0.4, 0.05], (T, 1))
+    info = {"object_pose": {"object": pose_matrices(pos, quat_wxyz), "target_bin": translations(bins)},
+            "object_half_extents": extents}
     labels = frame_labels(info)
     np.testing.assert_allclose(labels[:, POS], pos, atol=1e-6)
     expected = np.array([grasp_yaw(q, e) for q, e in zip(quat_wxyz, extents)])
     np.testing.assert_allclose(labels[:, YAW], np.stack([np.cos(2 * expected), np.sin(2 * expected)], 1), atol=1e-5)
     # A cuboid turned by half a turn is the same grasp: the features are equal.
     turned = np.array([mat_to_quat(rpy_to_mat((0.0, 0.0, y + np.pi))) for y in yaw])
-    turned_info = {**info, "object_pose": np.concatenate([pos, turned[:, 1:], turned[:, :1]], axis=1)}
+    turned_info = {**info, "object_pose": {**info["object_pose"], "object": pose_matrices(pos, turned)}}
     np.testing.assert_allclose(frame_labels(turned_info)[:, YAW], labels[:, YAW], atol=1e-5)
     np.testing.assert_allclose(labels[:, SIZE], extents, atol=1e-7)
-    np.testing.assert_allclose(labels[:, BIN], info["target_bin_pos"], atol=1e-7)
+    np.testing.assert_allclose(labels[:, BIN], bins, atol=1e-6)  # from float32 poses
 
 
 def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_datasets):
@@ -206,9 +208,9 @@ def test_datasets_without_the_tracker_fields_are_refused(tmp_path, policy_datase
     broken = tmp_path / "broken.hdf5"
     shutil.copy(policy_datasets["real"], broken)
     with h5py.File(broken, "a") as f:
-        del f["data/demo_0/obs/datagen_info/target_bin_pos"]
+        del f["data/demo_0/obs/datagen_info/object_pose/target_bin"]
     cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(broken, 1.0)]))
-    with pytest.raises(DatasetError, match="demo_0: field 'obs/datagen_info/target_bin_pos' is missing"):
+    with pytest.raises(DatasetError, match="demo_0: field 'obs/datagen_info/object_pose/target_bin' is missing"):
         load_dataset(DatasetCfg(path=str(broken)), cfg.policy)
 
 

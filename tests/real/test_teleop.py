@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, run_script
 
 from r2s2r.data import DemoReader, DemoWriter
+from r2s2r.geometry import quat_to_mat
 from r2s2r.real.teleop import HumanTeleop, TeleopCfg
 from r2s2r.real.twin import TwinCell
 
@@ -133,11 +134,13 @@ def test_collect_real_end_to_end_resumes_without_duplicates(tmp_path):
         assert {"object", "colour", "belt_speed", "teleop_style"} <= set(attrs)
         demo = reader.load(reader.names[0])
         steps = len(demo["actions"])
-        assert demo["states"].shape[0] == steps and demo["initial_state"].shape == demo["states"].shape[1:]
+        assert demo["states"].shape[0] == steps
+        np.testing.assert_array_equal(demo["initial_state"], demo["states"][:1])
         info = demo["obs"]["datagen_info"]
-        assert info["eef_pose"].shape == (steps, 7) and info["subtask_term_signals"]["grasp"].any()
-        # datagen_info poses are x,y,z,w; the policy observation keeps the task's w,x,y,z.
-        np.testing.assert_allclose(info["eef_pose"][:, 6], demo["obs"]["ee_pose"][:, 3])
+        assert info["eef_pose"]["right"].shape == (steps, 4, 4) and info["subtask_term_signals"]["grasp"].any()
+        # datagen_info holds Mimic's float32 4x4 poses; the policy observation keeps the task's position + w,x,y,z.
+        np.testing.assert_allclose(info["eef_pose"]["right"][:, :3, :3], quat_to_mat(demo["obs"]["ee_pose"][:, 3:]),
+                                   atol=1e-6)
     # Rerunning the finished command does nothing.
     again = run_collect("--num-demos", "2", "--output", str(out), "--cameras", "--seed", "1")
     assert again.returncode == 0 and "nothing to do" in again.stdout

@@ -36,7 +36,8 @@ from r2s2r.behavior.base import BehaviorGenerator, GenerationError
 from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
 from r2s2r.data.annotate import FLEXORS, demo_annotation
-from r2s2r.data.hdf5 import DatasetError, DemoReader, pose_xyzw_to_wxyz
+from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN, matrix_poses, positions
+from r2s2r.data.hdf5 import DatasetError, DemoReader
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
 from r2s2r.trajectory import interp_rows, min_jerk
 
@@ -122,8 +123,9 @@ class SourceDemo:
 
 
 # The tracking signals of a source demo that the generator uses (obs/datagen_info/<key>).
-SOURCE_FIELDS = ("eef_pose", "object_pose", "object_vel", "belt_speed", "object_half_extents", "target_bin_pos")
-SOURCE_SHAPES = {"eef_pose": (7,), "object_pose": (7,), "object_half_extents": (3,), "target_bin_pos": (3,)}
+SOURCE_SHAPES = {f"eef_pose/{EEF}": (4, 4), f"object_pose/{OBJECT}": (4, 4), f"object_pose/{TARGET_BIN}": (4, 4),
+                 "object_half_extents": (3,)}
+SOURCE_FIELDS = (*SOURCE_SHAPES, "object_vel", "belt_speed")
 
 
 def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) -> list[SourceDemo]:
@@ -135,27 +137,27 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
         shapes = {o.name: o.shape for o in cell.objects + cell.novel_objects}
     out = []
     fields = tuple(f"obs/datagen_info/{k}" for k in SOURCE_FIELDS)
-    widths = {f"obs/datagen_info/{k}": w for k, w in SOURCE_SHAPES.items()}
-    with DemoReader(path, min_demos=1, fields=fields, shapes=widths, finite=fields, attrs=("object",),
+    shapes_of = {f"obs/datagen_info/{k}": shape for k, shape in SOURCE_SHAPES.items()}
+    with DemoReader(path, min_demos=1, fields=fields, shapes=shapes_of, finite=fields, attrs=("object",),
                     purpose="the grounded generator transforms real demos with their tracking signals (record them "
                     "with scripts/collect_real.py)") as reader:
         for name in reader.names:
             where = f"{path}: {name}"
             attrs = reader.attrs(name)
-            data = reader.load(name, datagen_quat="xyzw")
+            data = reader.load(name)
             info = data["obs"]["datagen_info"]
             if attrs["object"] not in shapes:
                 raise DatasetError(f"{where}: attr 'object' = {attrs['object']!r}: expected one of {sorted(shapes)}")
             ann = demo_annotation(info, attrs, where)
-            pose = pose_xyzw_to_wxyz(info["object_pose"])
+            object_pos, object_quat = matrix_poses(info["object_pose"][OBJECT])
             out.append(SourceDemo(
                 name=name, shape=shapes[attrs["object"]], actions=np.asarray(data["actions"], dtype=float),
-                eef_pos=np.asarray(info["eef_pose"][:, :3], dtype=float),
-                object_pos=pose[:, :3], object_vel=np.asarray(info["object_vel"], dtype=float)[:, :3],
-                object_quat=pose[0, 3:],
+                eef_pos=positions(info["eef_pose"][EEF]),
+                object_pos=object_pos, object_vel=np.asarray(info["object_vel"], dtype=float)[:, :3],
+                object_quat=object_quat[0],
                 belt_speed=float(np.median(info["belt_speed"][: ann.ends[0]])),
                 half_extents=np.asarray(info["object_half_extents"][0], dtype=float),
-                bin_pos=np.asarray(info["target_bin_pos"][0], dtype=float), ends=ann.ends))
+                bin_pos=positions(info["object_pose"][TARGET_BIN])[0], ends=ann.ends))
     return out
 
 

@@ -6,8 +6,6 @@ from r2s2r.data.hdf5 import (
     Demo,
     DemoReader,
     DemoWriter,
-    pose_wxyz_to_xyzw,
-    pose_xyzw_to_wxyz,
     read_demos,
     validate_demo,
 )
@@ -18,8 +16,6 @@ __all__ = [
     "Demo",
     "DemoReader",
     "DemoWriter",
-    "pose_wxyz_to_xyzw",
-    "pose_xyzw_to_wxyz",
     "read_demos",
     "validate_demo",
 ]

@@ -11,10 +11,11 @@ release     lowering, opening the hand, retreat: the rest of the demo
 ==========  =========================================================================================
 
 The signals come from `obs/datagen_info` only (tracked object pose, measured hand pose, hand-joint targets, the
-target bin), so hardware demos are annotated the same way as the twin's. Hand-object *contact* is not recorded
-by a real cell; "closing near the object" (hand targets past `closing_fraction` of the power grasp, palm within
-`near_distance` of the object) stands in for it. Stored the Isaac Lab Mimic way: one boolean per non-final subtask
-under `obs/datagen_info/subtask_term_signals/<name>`, False before the subtask ends and True from then on.
+target bin; the layout of `r2s2r.data.datagen_info`), so hardware demos are annotated the same way as the twin's.
+Hand-object *contact* is not recorded by a real cell; "closing near the object" (hand targets past
+`closing_fraction` of the power grasp, palm within `near_distance` of the object) stands in for it. Stored the
+Isaac Lab Mimic way: one boolean per non-final subtask under `obs/datagen_info/subtask_term_signals/<name>`, False
+before the subtask ends and True from then on.
 Corrections (a boundary moved by hand, see `scripts/annotate.py`) are kept in the demo attr `subtask_corrections`.
 """
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from r2s2r.cell.spec import CellCfg
 from r2s2r.control.grasp import HAND_CLOSED
+from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN, nested_get, positions
 
 SUBTASKS = ("intercept", "grasp", "carry", "release")
 TERM_SIGNALS = SUBTASKS[:-1]  # the last subtask ends with the demo
@@ -61,30 +63,41 @@ class Annotation:
 
 
 def signal_traces(datagen_info: Mapping, where: str = "demo") -> dict[str, np.ndarray]:
-    """The per-step quantities annotation thresholds (also what `scripts/annotate.py` plots)."""
-    for key in ("eef_pose", "object_pose", "gripper_action", "target_bin_pos"):
-        if key not in datagen_info:
-            raise AnnotationError(f"{where}: obs/datagen_info/{key} is missing; annotation needs the tracked "
-                                  f"object pose, the hand pose, the hand-joint targets and the target bin")
-    eef = np.asarray(datagen_info["eef_pose"])[:, :3]
-    obj = np.asarray(datagen_info["object_pose"])[:, :3]
-    hand = np.asarray(datagen_info["gripper_action"])
-    bin_pos = np.asarray(datagen_info["target_bin_pos"])
+    """The per-step quantities annotation thresholds (also what `scripts/annotate.py` plots), from a demo's
+    datagen_info (`r2s2r.data.datagen_info`'s layout)."""
+    paths = (f"eef_pose/{EEF}", f"object_pose/{OBJECT}", f"gripper_action/{EEF}", f"object_pose/{TARGET_BIN}")
+    values = [nested_get(datagen_info, path) for path in paths]
+    for path, value in zip(paths, values):
+        if value is None:
+            raise AnnotationError(f"{where}: obs/datagen_info/{path} is missing; annotation needs the tracked object "
+                                  f"pose, the hand pose, the hand-joint targets and the target bin")
+    eef, obj, hand, bin_pose = values
+    hand = np.asarray(hand)
     if hand.ndim != 2 or hand.shape[1] != len(HAND_CLOSED):
-        raise AnnotationError(f"{where}: obs/datagen_info/gripper_action has shape {hand.shape}: expected "
+        raise AnnotationError(f"{where}: obs/datagen_info/gripper_action/{EEF} has shape {hand.shape}: expected "
                               f"(T, {len(HAND_CLOSED)}) hand-joint targets")
+    return traces(positions(eef), positions(obj), hand, positions(bin_pose))
+
+
+def traces(eef_pos: np.ndarray, object_pos: np.ndarray, hand: np.ndarray, bin_pos: np.ndarray) -> dict[str, np.ndarray]:
+    """The signal traces from per-step hand, object and bin positions (T, 3) and hand-joint targets (T, 20)."""
     return {
         "closure": np.mean(hand[:, FLEXORS] / HAND_CLOSED[FLEXORS], axis=1),
-        "hand_object_distance": np.linalg.norm(obj[:, :2] - eef[:, :2], axis=1),
-        "object_lift": obj[:, 2] - obj[0, 2],
-        "object_bin_distance": np.max(np.abs(obj[:, :2] - bin_pos[:, :2]), axis=1),
+        "hand_object_distance": np.linalg.norm(object_pos[:, :2] - eef_pos[:, :2], axis=1),
+        "object_lift": object_pos[:, 2] - object_pos[0, 2],
+        "object_bin_distance": np.max(np.abs(object_pos[:, :2] - bin_pos[:, :2]), axis=1),
     }
 
 
 def annotate(datagen_info: Mapping, corrections: Mapping[str, int] | None = None, where: str = "demo",
              bin_half_size: float = BIN_HALF_SIZE) -> Annotation:
     """Find the subtask boundaries of one demo from its signals, then apply `corrections` (name -> end step)."""
-    tr = signal_traces(datagen_info, where)
+    return annotate_traces(signal_traces(datagen_info, where), corrections, where, bin_half_size)
+
+
+def annotate_traces(tr: Mapping[str, np.ndarray], corrections: Mapping[str, int] | None = None, where: str = "demo",
+                    bin_half_size: float = BIN_HALF_SIZE) -> Annotation:
+    """`annotate` from the signal traces (`traces`) of an episode that is not stored as a demo."""
     length = len(tr["closure"])
     lifted = (tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE)
     if not lifted.any():

@@ -2,8 +2,8 @@
 
 Real and simulated datasets must hold the same fields for co-training, so both are built here: the policy
 observations (`obs/<camera>`, `obs/{arm_q, arm_dq, hand_q, ee_pose}`), the actions, the simulator state where
-there is one, and `obs/datagen_info` (poses x,y,z,w, tracked object and bin, hand targets, and the subtask term
-signals of `r2s2r.data.annotate`).
+there is one, and `obs/datagen_info` in Isaac Lab Mimic's layout (`r2s2r.data.datagen_info`: hand, target, object
+and bin poses, hand targets, the rest of the tracking, and the subtask term signals of `r2s2r.data.annotate`).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from r2s2r.data import datagen_info
 from r2s2r.data.annotate import annotate
-from r2s2r.data.hdf5 import pose_wxyz_to_xyzw
 
 # What the tracker (a real cell's object tracking, or the simulator's privileged state) reports each step.
 TRACKING_KEYS = ("object_pos", "object_quat", "object_vel", "belt_speed", "target_bin_pos", "object_half_extents")
@@ -48,24 +48,14 @@ class EpisodeRecorder:
         proprio = {k: np.array([s["proprio"][k] for s in steps], dtype=np.float64) for k in steps[0]["proprio"]}
         tracking = {k: np.array([s["tracking"][k] for s in steps], dtype=np.float64) for k in TRACKING_KEYS}
         images = {k: np.array([s["images"][k] for s in steps], dtype=np.uint8) for k in steps[0]["images"]}
-        target = actions[:, :7].copy()
-        target[:, 3:] /= np.linalg.norm(target[:, 3:], axis=1, keepdims=True)
         object_pose = np.concatenate([tracking["object_pos"], tracking["object_quat"]], axis=1)
-        datagen_info = {
-            # Poses x,y,z,w (format_version 1); the rest as observed.
-            "eef_pose": pose_wxyz_to_xyzw(proprio["ee_pose"]),
-            "target_eef_pose": pose_wxyz_to_xyzw(target),
-            "object_pose": pose_wxyz_to_xyzw(object_pose),
-            "object_vel": tracking["object_vel"],
-            "belt_speed": tracking["belt_speed"],
-            "target_bin_pos": tracking["target_bin_pos"],
-            "object_half_extents": tracking["object_half_extents"],
-            "hand_q": proprio["hand_q"],
-            "gripper_action": actions[:, 7:].copy(),
-        }
-        datagen_info["subtask_term_signals"] = annotate(datagen_info, where=where).term_signals()
-        demo = {"actions": actions, "obs": {**images, **proprio, "datagen_info": datagen_info}}
+        # The target pose is the action's hand pose (position, quaternion w,x,y,z: action_mode "ee_pose").
+        info = datagen_info.build(proprio["ee_pose"], actions[:, :7], object_pose, tracking["target_bin_pos"],
+                                  actions[:, 7:], object_vel=tracking["object_vel"], belt_speed=tracking["belt_speed"],
+                                  object_half_extents=tracking["object_half_extents"], hand_q=proprio["hand_q"])
+        info["subtask_term_signals"] = annotate(info, where=where).term_signals()
+        demo = {"actions": actions, "obs": {**images, **proprio, "datagen_info": info}}
         if "state" in steps[0]:
             demo["states"] = np.array([s["state"] for s in steps], dtype=np.float64)
-            demo["initial_state"] = demo["states"][0].copy()
+            demo["initial_state"] = demo["states"][:1].copy()
         return demo

@@ -1,23 +1,45 @@
 """Demonstration datasets in the robomimic / Isaac Lab Mimic HDF5 layout, written crash-safely.
 
-Layout (what Isaac Lab's `HDF5DatasetFileHandler` reads)::
+Layout (format_version 2), what Isaac Lab's `HDF5DatasetFileHandler` and Mimic's `DataGenInfoPool` load as source
+demos and robomimic's `SequenceDataset` trains on::
 
-    /                      attrs: format_version, r2s2r_writer, quaternion_layout
-    /data                  attrs: total (sum of num_samples), env_args (JSON with env_name and type = 2)
+    /                      attrs: format_version = 2, r2s2r_writer
+    /data                  attrs: total (sum of num_samples), env_args (JSON: env_name, type = 2, env_kwargs)
     /data/demo_N           attrs: num_samples, seed, success, ... (any scalar or string attrs)
         actions            (T, 27) the task's actions, as sent
         states             (T, nq + nv) optional: simulator state (MuJoCo qpos | qvel) before each action
-        initial_state      (nq + nv,) optional: the state the trial started from
+        initial_state      (1, nq + nv) optional: the state the trial started from (Isaac Lab's recorder keeps a
+                           leading episode axis)
         obs/<key>          (T, ...) observations the actions were chosen from; camera images uint8 (T, H, W, 3)
-        obs/datagen_info/  (T, ...) poses and tracking signals for automatic subtask annotation
+        obs/datagen_info/  Isaac Lab Mimic's source-demo signals, see `r2s2r.data.datagen_info`: (T, 4, 4)
+                           float32 poses per end-effector (`eef_pose/right`, `target_eef_pose/right`) and per
+                           object (`object_pose/object`, `object_pose/target_bin`), `gripper_action/right`,
+                           `subtask_term_signals/<name>`, and the rest of the tracking
+        next_obs/<key>     (T, ...) obs/<key> one step later, the last row repeated (every obs array outside
+                           datagen_info; HDF5 virtual datasets mapped onto obs, so they take no space)
+        rewards            (T,) float32: the task's reward, 1 on the step it judged the demo a success (the last)
+        dones              (T,) uint8: 1 on the last step
+    /mask/train, /mask/valid   robomimic's filter keys: demo names, a fixed-seed split with one demo in ten
+                           (rounded) for validation, rewritten on every close
 
-Quaternions: `format_version` is 1, Isaac Lab's marker for pose quaternions stored x, y, z, w. The pose arrays of
-`obs/datagen_info` (every `*_pose` of width 7: position then quaternion) follow it. Everything else is stored
-exactly as the task produces or consumes it, with quaternions w, x, y, z (MuJoCo's order): the actions, so a demo
-replays verbatim; `states`, so MuJoCo can be set from them; and the policy observations (e.g. `obs/ee_pose`), so
-a policy trained on them sees at deployment what it saw in training. The file attr `quaternion_layout` says this
-in words. Files of format_version 0 (all w, x, y, z) are read as well; `DemoReader.load` can convert their
-datagen_info poses.
+`env_kwargs` holds what the recording run states about the environment (cameras, image size, control rate, ...);
+`DemoReader.env_args` returns it flattened beside env_name and type. The writer derives next_obs, rewards and dones
+(a dataset holds successful demos that end on the step the task judged them) and the masks; `DemoReader.load`
+returns the rest, the fields `DemoWriter.append` takes.
+
+format_version counts as Isaac Lab's does (its handler converts quaternions of files below 1; 2 is above both):
+
+    0 (or no attr)  r2s2r's first layout: obs/datagen_info poses flat (T, 7) position + quaternion w,x,y,z, the bin
+                    as `target_bin_pos` (T, 3), hand targets as `gripper_action` (T, 20); initial_state (N,);
+                    env settings at the top level of env_args; no next_obs, rewards, dones or mask
+    1               as 0, the flat poses' quaternions x,y,z,w (Isaac Lab's version 1)
+    2               the layout above
+
+`DemoReader` reads all three and returns version-2 demos (`r2s2r.data.datagen_info` upgrades the old fields);
+`DemoWriter` writes version 2 only and will not append to an older file; `scripts/convert_dataset.py` upgrades one.
+Quaternions outside datagen_info are stored as the task produces or consumes them (w, x, y, z, MuJoCo's order): the
+actions, so a demo replays verbatim, and the policy observations (e.g. `obs/ee_pose`), so a policy trained on them
+sees at deployment what it saw in training.
 
 Crash safety: a writer fills `<path>.partial` and flushes after every demo; a demo group counts only once its
 last attr (`r2s2r_complete`) is written. Reopening a `.partial` drops any group without it and continues after
@@ -32,40 +54,30 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
 
+from r2s2r.data.datagen_info import LEGACY_FIELDS, POSE_GROUPS, upgrade_field
 from r2s2r.files import atomic_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 ACTION_DIM = 27
 ENV_TYPE_GYM = 2  # robomimic's EnvType.GYM_TYPE, what Isaac Lab writes
 WRITER_TAG = "r2s2r.data.hdf5"
 COMPLETE_ATTR = "r2s2r_complete"
 STATE_ATTR = "r2s2r_state"  # "partial" while a writer fills the file, "published" once it has been closed
-QUATERNION_LAYOUT = ("obs/datagen_info/*_pose: position + quaternion x,y,z,w; actions, states, initial_state and "
-                     "all other obs: as the task defines them, quaternions w,x,y,z")
+DERIVED = ("next_obs", "rewards", "dones")  # written by the writer from the rest of a demo; not in `load`
+DATAGEN = "obs/datagen_info"
+SPLIT_SEED = 0  # the train/valid masks' permutation
 _DEMO_NAME = re.compile(r"demo_(\d+)$")
 
 
 class DatasetError(ValueError):
     """A dataset file or a demo does not have the expected layout; the message names the file and field."""
-
-
-def pose_wxyz_to_xyzw(pose: np.ndarray) -> np.ndarray:
-    """(..., 7) position + quaternion w,x,y,z -> position + quaternion x,y,z,w."""
-    pose = np.asarray(pose)
-    return np.concatenate([pose[..., :3], pose[..., 4:7], pose[..., 3:4]], axis=-1)
-
-
-def pose_xyzw_to_wxyz(pose: np.ndarray) -> np.ndarray:
-    """(..., 7) position + quaternion x,y,z,w -> position + quaternion w,x,y,z."""
-    pose = np.asarray(pose)
-    return np.concatenate([pose[..., :3], pose[..., 6:7], pose[..., 3:6]], axis=-1)
 
 
 def _demo_index(name: str) -> int:
@@ -82,12 +94,37 @@ def _leaves(tree: Mapping, prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield path, value
 
 
-def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_DIM) -> int:
-    """Check one demo's arrays and return its length T.
+def _check_field(where: str, path: str, shape: tuple, dtype: np.dtype, steps: int) -> None:
+    """The rules every array of a demo but `actions` follows (named and shaped as in layout 2), in memory or on file."""
+    if dtype.kind not in "biuf":
+        raise DatasetError(f"{where}: field {path!r} has dtype {dtype}: expected numbers")
+    if path == "initial_state":
+        if len(shape) != 2 or shape[0] != 1:
+            raise DatasetError(f"{where}: field 'initial_state' has shape {shape}: expected one state (1, N)")
+        return
+    if len(shape) == 0 or shape[0] != steps:
+        raise DatasetError(f"{where}: field {path!r} has shape {shape}: expected {steps} rows, one per action")
+    if len(shape) == 4 and shape[-1] == 3 and dtype != np.uint8:
+        raise DatasetError(f"{where}: field {path!r} looks like images (T, H, W, 3) but is {dtype}: expected uint8")
+    parts = path.split("/")
+    if path.startswith(DATAGEN + "/") and parts[2] in POSE_GROUPS and (len(parts) != 4 or shape[1:] != (4, 4)):
+        raise DatasetError(f"{where}: field {path!r} has shape {shape}: expected ({steps}, 4, 4) poses, one array per "
+                           f"name under {DATAGEN}/{parts[2]}/ (Isaac Lab Mimic's layout)")
 
-    `actions` must be a finite (T, `action_dim`) array (27, the tasks' action size, by default); every other array must have T rows except `initial_state`
-    (a single state); `states`, when present, must be finite; camera-like arrays (T, H, W, 3) must be uint8.
-    Raises `DatasetError` naming `where` and the field.
+
+def _check_initial_state(where: str, states: tuple | None, initial: tuple | None) -> None:
+    if states is not None and initial is not None and tuple(initial[1:]) != tuple(states[1:]):
+        raise DatasetError(f"{where}: field 'initial_state' has shape {initial}: expected {(1, *states[1:])}, a row "
+                           f"of 'states'")
+
+
+def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_DIM) -> int:
+    """Check one demo's arrays (as `DemoWriter.append` takes them) and return its length T.
+
+    `actions` must be a finite (T, `action_dim`) array (27, the tasks' action size, by default); every other array
+    must be numeric with T rows, except `initial_state` (1, N) (a row of `states`); `states`, when present, must be
+    finite; camera-like arrays (T, H, W, 3) must be uint8; datagen_info poses (T, 4, 4); the fields the writer
+    derives (next_obs, rewards, dones) must be left out. Raises `DatasetError` naming `where` and the field.
     """
     if not isinstance(demo, Mapping):
         raise DatasetError(f"{where}: expected a dict of arrays, got {type(demo).__name__}")
@@ -104,28 +141,16 @@ def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_D
         raise DatasetError(f"{where}: field 'actions' is not finite (first at step {bad[0]}, column {bad[1]})")
     steps = actions.shape[0]
     for path, value in _leaves(demo):
-        if path == "actions":
-            continue
-        array = np.asarray(value)
-        if array.dtype == object:
-            raise DatasetError(f"{where}: field {path!r} is not a numeric array")
-        if path == "initial_state":
-            if array.ndim != 1:
-                raise DatasetError(f"{where}: field 'initial_state' has shape {array.shape}: expected one state (N,)")
-            continue
-        if array.ndim == 0 or array.shape[0] != steps:
-            raise DatasetError(f"{where}: field {path!r} has shape {array.shape}: expected {steps} rows, one per "
-                               f"action")
-        if path == "states" and not np.isfinite(array).all():
-            raise DatasetError(f"{where}: field 'states' is not finite")
-        if array.ndim == 4 and array.shape[-1] == 3 and array.dtype != np.uint8:
-            raise DatasetError(f"{where}: field {path!r} looks like images (T, H, W, 3) but is {array.dtype}: "
-                               f"expected uint8")
-    if "states" in demo and "initial_state" in demo:
-        width = np.asarray(demo["states"]).shape[1:]
-        if tuple(width) != np.asarray(demo["initial_state"]).shape:
-            raise DatasetError(f"{where}: field 'initial_state' has shape {np.asarray(demo['initial_state']).shape}:"
-                               f" expected {tuple(width)}, a row of 'states'")
+        if path.split("/")[0] in DERIVED:
+            raise DatasetError(f"{where}: field {path!r} is written by DemoWriter (derived from the demo); leave it "
+                               f"out")
+        if path != "actions":
+            array = np.asarray(value)
+            _check_field(where, path, array.shape, array.dtype, steps)
+    if "states" in demo and not np.isfinite(np.asarray(demo["states"])).all():
+        raise DatasetError(f"{where}: field 'states' is not finite")
+    shape = {k: np.shape(demo[k]) if k in demo else None for k in ("states", "initial_state")}
+    _check_initial_state(where, shape["states"], shape["initial_state"])
     return steps
 
 
@@ -142,7 +167,7 @@ def _group_schema(group: h5py.Group) -> dict[str, tuple[str, tuple[int, ...]]]:
     out = {}
 
     def visit(name: str, obj) -> None:
-        if isinstance(obj, h5py.Dataset):
+        if isinstance(obj, h5py.Dataset) and name.split("/")[0] not in DERIVED:
             out[name] = (obj.dtype.kind, obj.shape if name == "initial_state" else obj.shape[1:])
 
     group.visititems(visit)
@@ -166,7 +191,7 @@ def _attr_value(value: Any) -> Any:
 
 def _python(value: Any) -> Any:
     if isinstance(value, np.generic):
-        return value.item()
+        value = value.item()
     if isinstance(value, bytes):
         return value.decode()
     return value
@@ -178,8 +203,8 @@ class DemoWriter:
     Args:
         path: final file name (`.hdf5` by convention).
         env_name: the task ID stored in `data.attrs["env_args"]["env_name"]`.
-        env_args: more JSON-serialisable environment arguments to store beside it; a resumed file must have
-            been written with the same ones.
+        env_args: more JSON-serialisable environment arguments, stored as `env_args["env_kwargs"]`; a resumed file
+            must have been written with the same ones.
         resume: continue an existing `<path>.partial` (keeping its complete demos) or, failing that, an existing
             `<path>` (copied to the partial name, so the published file stays intact until the new one replaces
             it). False starts empty and replaces both on `close()`.
@@ -193,7 +218,10 @@ class DemoWriter:
                  resume: bool = True, compression: str | None = "gzip"):
         self.path = Path(path)
         self.partial = self.path.with_name(self.path.name + ".partial")
-        self.env_args = {**dict(env_args or {}), "env_name": env_name, "type": ENV_TYPE_GYM}
+        reserved = sorted({"env_name", "type", "env_kwargs"} & set(env_args or {}))
+        if reserved:
+            raise ValueError(f"env_args: keys {reserved} are the writer's (env_name is an argument of its own)")
+        self.env_args = {"env_name": env_name, "type": ENV_TYPE_GYM, "env_kwargs": dict(env_args or {})}
         self.compression = compression
         self._file: h5py.File | None = None
         self._schema: dict | None = None
@@ -207,7 +235,12 @@ class DemoWriter:
                 shutil.copyfile(self.path, tmp)
             self._untouched_copy = True
         if resume and self.partial.exists():
-            self._reopen()
+            try:
+                self._reopen()
+            except BaseException:
+                if self._untouched_copy:  # a copy of the published file made just now: nothing to keep
+                    self.partial.unlink()
+                raise
         else:
             self._create()
 
@@ -218,7 +251,6 @@ class DemoWriter:
         with atomic_path(self.partial) as tmp, h5py.File(tmp, "w") as f:
             f.attrs["format_version"] = FORMAT_VERSION
             f.attrs["r2s2r_writer"] = WRITER_TAG
-            f.attrs["quaternion_layout"] = QUATERNION_LAYOUT
             f.attrs[STATE_ATTR] = "partial"
             data = f.create_group("data")
             data.attrs["total"] = 0
@@ -236,10 +268,14 @@ class DemoWriter:
             if f.attrs.get("r2s2r_writer") != WRITER_TAG or "data" not in f:
                 raise DatasetError(f"{self.partial}: not a file written by DemoWriter (no 'r2s2r_writer' attr or "
                                    f"no 'data' group); refusing to append to it")
+            version = int(f.attrs.get("format_version", 0))
+            if version != FORMAT_VERSION:
+                raise DatasetError(f"{self.partial}: format_version = {version}: expected {FORMAT_VERSION} to append "
+                                   f"to it; upgrade the file with scripts/convert_dataset.py first")
             data = f["data"]
-            stored = json.loads(data.attrs.get("env_args", "{}"))
-            if stored != self.env_args:
-                diff = sorted(k for k in set(stored) | set(self.env_args) if stored.get(k) != self.env_args.get(k))
+            stored, ours = _flat_env_args(json.loads(data.attrs.get("env_args", "{}"))), _flat_env_args(self.env_args)
+            if stored != ours:
+                diff = sorted(k for k in set(stored) | set(ours) if stored.get(k) != ours.get(k))
                 raise DatasetError(f"{self.partial}: env_args differ from this run's in {', '.join(diff)} "
                                    f"(stored {json.dumps({k: stored.get(k) for k in diff})}); resume with the "
                                    f"same settings or write another file")
@@ -260,6 +296,7 @@ class DemoWriter:
             for k, name in enumerate(names):
                 if name != f"demo_{k}":
                     data.move(name, f"demo_{k}")
+                    _link_next_obs(data[f"demo_{k}"])  # its virtual datasets still name the old group
             data.attrs["total"] = int(sum(int(data[n].attrs["num_samples"]) for n in data))
             if len(data):
                 self._schema = _group_schema(data["demo_0"])
@@ -322,7 +359,8 @@ class DemoWriter:
 
         `demo` holds `actions` and any of `obs` (a dict, nested dicts allowed), `states`, `initial_state`;
         `attrs` are stored on the demo group (`num_samples` is set from the actions). Every demo of a file must
-        have the same fields with the same per-step shapes and kinds.
+        have the same fields with the same per-step shapes and kinds. The writer adds next_obs, rewards and dones
+        (the reward 1 on the last step if `attrs["success"]`, true when absent).
         """
         data = self._data
         name = f"demo_{len(data)}"
@@ -345,6 +383,11 @@ class DemoWriter:
                 # Compression filters need chunked, non-scalar data.
                 compress = self.compression if array.ndim >= 1 and array.size > 1 else None
                 group.create_dataset(path, data=array, compression=compress)
+            _link_next_obs(group)
+            rewards = np.zeros(steps, dtype=np.float32)
+            rewards[-1] = float(bool(attrs.get("success", True)))
+            group.create_dataset("rewards", data=rewards)
+            group.create_dataset("dones", data=(np.arange(steps) == steps - 1).astype(np.uint8))
             group.attrs["num_samples"] = steps
             for key, value in converted.items():
                 group.attrs[key] = value
@@ -372,6 +415,7 @@ class DemoWriter:
             return None
         f, self._file = self._file, None
         if publish:
+            _write_masks(f)
             f.attrs[STATE_ATTR] = "published"
         f.flush()
         f.close()
@@ -402,6 +446,53 @@ class DemoWriter:
             pass
 
 
+def _link_next_obs(group: h5py.Group) -> None:
+    """(Re)create `next_obs/<key>` of a demo group: virtual datasets showing obs/<key> one row later, the last row
+    repeated (robomimic's next observations, without a copy of the images)."""
+    if "next_obs" in group:
+        del group["next_obs"]
+    if "obs" not in group:
+        return
+    arrays = []
+    group["obs"].visititems(lambda key, obj: arrays.append((key, obj)) if isinstance(obj, h5py.Dataset) else None)
+    for key, ds in arrays:
+        if key == "datagen_info" or key.startswith("datagen_info/"):
+            continue
+        source, layout = h5py.VirtualSource(ds), h5py.VirtualLayout(shape=ds.shape, dtype=ds.dtype)
+        steps = ds.shape[0]
+        layout[: steps - 1] = source[1:]
+        layout[steps - 1] = source[steps - 1]
+        group.create_virtual_dataset(f"next_obs/{key}", layout)
+
+
+def _write_masks(f: h5py.File) -> None:
+    """robomimic's `mask/train` and `mask/valid`: a fixed-seed permutation of the demos, one in ten (rounded) for
+    validation, every demo in exactly one of them."""
+    names = sorted(f["data"], key=_demo_index)
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(names))
+    valid = set(order[: (len(names) + 5) // 10].tolist())
+    if "mask" in f:
+        del f["mask"]
+    for key, keep in (("train", False), ("valid", True)):
+        chosen = [n for k, n in enumerate(names) if (k in valid) == keep]
+        f.create_dataset(f"mask/{key}", data=np.array(chosen, dtype="S"))
+
+
+def _flat_env_args(env_args: Mapping) -> dict:
+    """env_args with the entries of `env_kwargs` beside env_name and type (older files store them there)."""
+    return {**{k: v for k, v in env_args.items() if k != "env_kwargs"}, **env_args.get("env_kwargs", {})}
+
+
+class _Field(NamedTuple):
+    """One array of a demo as layout 2 names and shapes it; `read()` returns its values, converted from an older
+    layout where the file has one; `source` is its path in the demo group."""
+
+    shape: tuple
+    dtype: np.dtype
+    read: Callable[[], np.ndarray]
+    source: str
+
+
 class Demo(NamedTuple):
     """One stored demo: its group name, its arrays (nested dicts as in `DemoWriter.append`), and its attrs."""
 
@@ -411,29 +502,34 @@ class Demo(NamedTuple):
 
 
 class DemoReader:
-    """Reads a dataset in the layout above (ours, or Isaac Lab's / robomimic's), validating it first.
+    """Reads a dataset in the layout above (format_version 0, 1 or 2; ours, or Isaac Lab's / robomimic's),
+    validating it first, and hands out its demos in layout 2 whatever the file's version.
 
     This is the one validator of demo datasets: every tool that reads one opens it here, and states its own needs
     through the arguments. Opening the file checks, before any demo is used:
 
     - the file opens as HDF5 (a truncated or corrupt file is a `DatasetError` naming it and what HDF5 reported);
+      its format_version is one this reader knows;
     - `data` is a group whose `env_args` attr is a JSON object with a known task ID (`env_name`, one of `tasks`,
-      default every registered task); the run-level `total`, when present, is the sum of the demos' lengths;
+      default every registered task) and, when present, an object `env_kwargs`; the run-level `total`, when
+      present, is the sum of the demos' lengths; each `mask/<key>` names demos of `data`;
     - every member of `data` is a demo group with `actions` of shape (T, `action_dim`), T >= 1, finite real
       numbers; every other array has T rows (`initial_state`: one state) and a numeric dtype; arrays shaped as
-      images (T, H, W, 3) are uint8; a field has the same dtype kind and per-step shape in every demo (one image
-      size per camera);
+      images (T, H, W, 3) are uint8; datagen_info poses are (T, 4, 4) (older files: the flat (T, 7) poses and
+      (T, 3) bin position they were written with); virtual next_obs arrays map onto their own demo's obs; a field
+      has the same dtype kind and per-step shape in every demo (one image size per camera);
     - the demo attrs `num_samples` (when present) equals T and `success` (when present) is true: a dataset holds
       finished, successful demos; `seed` (when present) is an integer >= 0, `condition` and `object` strings;
     - what the caller needs: at least `min_demos` demos, the arrays `fields` in every demo, camera images
       `cameras` (obs/<name>, (T, H, W, 3) uint8), per-step shapes `shapes` ({field: shape after the time axis}),
       the demo attrs `attrs`, and finite values in `finite` (fields read and checked now); `purpose` says in the
-      messages what needs them.
+      messages what needs them. Fields are named as in layout 2 (e.g. `obs/datagen_info/eef_pose/right`), also
+      for older files.
 
-    `load` reads a demo's arrays and checks them again (`validate_demo`: e.g. finite states); a read that fails
-    on corrupt bytes is a `DatasetError` naming the file and field. Raises `FileNotFoundError` for a missing file.
-    Messages name the file, the demo and field or attr, the value found and what was expected. Groups a crash left
-    incomplete in a DemoWriter `.partial` file are skipped.
+    `load` reads a demo's arrays (older layouts converted) and checks them again (`validate_demo`: e.g. finite
+    states); a read that fails on corrupt bytes is a `DatasetError` naming the file and field. Raises
+    `FileNotFoundError` for a missing file. Messages name the file, the demo and field or attr, the value found and
+    what was expected. Groups a crash left incomplete in a DemoWriter `.partial` file are skipped.
     """
 
     def __init__(self, path: str | os.PathLike, *, action_dim: int = ACTION_DIM, min_demos: int = 0,
@@ -477,6 +573,10 @@ class DemoReader:
         why = f"; {purpose}" if purpose else ""
         self._where = "the file attrs"
         self._file_attrs = {k: _python(v) for k, v in f.attrs.items()}
+        version = self._file_attrs.get("format_version", 0)
+        if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= FORMAT_VERSION:
+            raise DatasetError(f"{path}: attr 'format_version' = {version!r}: expected 0, 1 or {FORMAT_VERSION} (a "
+                               f"newer version needs a newer r2s2r)")
         self._where = "group 'data'"
         if "data" not in f or not isinstance(f["data"], h5py.Group):
             raise DatasetError(f"{path}: no 'data' group: not a robomimic / Isaac Lab demo dataset")
@@ -494,7 +594,10 @@ class DemoReader:
         if not isinstance(env_args, dict):
             raise DatasetError(f"{path}: data.attrs['env_args'] = {_short(raw)}: expected a JSON object with "
                                f"env_name")
-        self.env_args = env_args
+        if not isinstance(env_args.get("env_kwargs", {}), dict):
+            raise DatasetError(f"{path}: data.attrs['env_args'] env_kwargs = {_short(env_args['env_kwargs'])}: "
+                               f"expected a JSON object")
+        self.env_args = _flat_env_args(env_args)
         known = tuple(tasks) if tasks is not None else _known_tasks()
         name = env_args.get("env_name")
         if name not in known:
@@ -534,6 +637,19 @@ class DemoReader:
             if isinstance(stored, bool) or not isinstance(stored, (int, np.integer)) or int(stored) != total:
                 raise DatasetError(f"{path}: data.attrs['total'] = {stored!r}: expected {total}, the sum of the "
                                    f"demos' lengths")
+        masks = f["mask"] if "mask" in f else {}
+        if not isinstance(masks, (h5py.Group, dict)):
+            raise DatasetError(f"{path}: 'mask' is a dataset: expected a group of filter keys (mask/train, ...)")
+        for key in masks:
+            self._where = f"'mask/{key}'"
+            item = masks[key]
+            names = [_python(n) for n in item[()]] if isinstance(item, h5py.Dataset) and item.ndim == 1 else None
+            if names is None or not all(isinstance(n, str) for n in names):
+                raise DatasetError(f"{path}: 'mask/{key}' is not a list of demo names: expected robomimic's filter "
+                                   f"key, e.g. [b'demo_0', ...]")
+            unknown = sorted(set(names) - set(self.names))
+            if unknown and not partial:
+                raise DatasetError(f"{path}: 'mask/{key}' names {unknown[:3]}, not demos of 'data'")
 
     def _check_group(self, demo, group, schema, required, need_attrs, finite, why) -> int:
         path = self.path
@@ -573,53 +689,66 @@ class DemoReader:
         for key in ("condition", "object"):
             if key in attrs and not isinstance(attrs[key], str):
                 raise DatasetError(f"{where}: attr {key!r} = {attrs[key]!r}: expected a string")
-        found = {}
-
-        def visit(name: str, obj) -> None:
-            if isinstance(obj, h5py.Dataset):
-                found[name] = obj
-
         self._where = f"the members of 'data/{demo}'"
-        group.visititems(visit)
-        for name, ds in found.items():
-            self._where = f"'data/{demo}/{name}'"
-            if ds.dtype.kind not in "biuf":
-                raise DatasetError(f"{where}: field {name!r} has dtype {ds.dtype}: expected numbers")
-            if name == "initial_state":
-                if ds.ndim != 1:
-                    raise DatasetError(f"{where}: field 'initial_state' has shape {ds.shape}: expected one state (N,)")
-            elif ds.ndim == 0 or ds.shape[0] != steps:
-                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape}: expected {steps} rows, one per "
-                                   f"action")
-            if ds.ndim == 4 and ds.shape[-1] == 3 and ds.dtype != np.uint8:
-                raise DatasetError(f"{where}: field {name!r} looks like images (T, H, W, 3) but is {ds.dtype}: "
-                                   f"expected uint8")
-            per_step = ds.shape if name == "initial_state" else ds.shape[1:]
-            first = schema.setdefault(name, (ds.dtype.kind, per_step, demo))
-            if first[:2] != (ds.dtype.kind, per_step):
-                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape} ({ds.dtype}): expected "
-                                   f"{(ds.shape[0], *first[1]) if name != 'initial_state' else first[1]} of kind "
+        found = self._fields(demo, group)
+        for name, field in found.items():
+            self._where = f"'data/{demo}/{field.source}'"
+            _check_field(where, name, field.shape, field.dtype, steps)
+            per_step = field.shape if name == "initial_state" else field.shape[1:]
+            first = schema.setdefault(name, (field.dtype.kind, per_step, demo))
+            if first[:2] != (field.dtype.kind, per_step):
+                raise DatasetError(f"{where}: field {name!r} has shape {field.shape} ({field.dtype}): expected "
+                                   f"{(steps, *first[1]) if name != 'initial_state' else first[1]} of kind "
                                    f"{first[0]!r} as in {first[2]} (one size per field in a dataset)")
-        if "states" in found and "initial_state" in found:
-            if found["states"].shape[1:] != found["initial_state"].shape:
-                raise DatasetError(f"{where}: field 'initial_state' has shape {found['initial_state'].shape}: "
-                                   f"expected {found['states'].shape[1:]}, a row of 'states'")
+            if name.startswith("next_obs/") and group[name].is_virtual:
+                expected = f"/data/{demo}/obs/{name.split('/', 1)[1]}"
+                for src in group[name].virtual_sources():
+                    if src.file_name != "." or src.dset_name != expected:
+                        raise DatasetError(f"{where}: field {name!r} is a virtual dataset of {src.file_name}:"
+                                           f"{src.dset_name}: expected one of {expected} in this file (a demo "
+                                           f"group renamed without DemoWriter?)")
+        _check_initial_state(where, *(found[k].shape if k in found else None for k in ("states", "initial_state")))
         for name, kind in required.items():
             if name not in found:
                 raise DatasetError(f"{where}: field {name!r} is missing{why}")
-            ds = found[name]
-            if kind == "image" and (ds.ndim != 4 or ds.shape[-1] != 3 or ds.dtype != np.uint8):
-                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape} ({ds.dtype}): expected ({steps}, "
-                                   f"H, W, 3) uint8 images{why}")
-            if isinstance(kind, tuple) and ds.shape[1:] != kind:
-                raise DatasetError(f"{where}: field {name!r} has shape {ds.shape}: expected {(steps, *kind)}{why}")
+            shape, dtype = found[name].shape, found[name].dtype
+            if kind == "image" and (len(shape) != 4 or shape[-1] != 3 or dtype != np.uint8):
+                raise DatasetError(f"{where}: field {name!r} has shape {shape} ({dtype}): expected ({steps}, H, W, 3) "
+                                   f"uint8 images{why}")
+            if isinstance(kind, tuple) and shape[1:] != kind:
+                raise DatasetError(f"{where}: field {name!r} has shape {shape}: expected {(steps, *kind)}{why}")
         for name in finite:
             if name in found:
-                self._where = f"'data/{demo}/{name}'"
-                if not np.isfinite(found[name][()]).all():
+                self._where = f"'data/{demo}/{found[name].source}'"
+                if not np.isfinite(found[name].read()).all():
                     raise DatasetError(f"{where}: field {name!r} is not finite (NaN or inf); expected finite "
                                        f"values{why}")
         return steps
+
+    def _fields(self, demo: str, group: h5py.Group) -> dict[str, _Field]:
+        """The arrays of a demo group, named and shaped as in layout 2 (an older file's converted on `read`)."""
+        datasets = []
+        group.visititems(lambda name, obj: datasets.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+        version = self.format_version
+        out = {}
+        for name, ds in datasets:
+            key = name[len(DATAGEN) + 1:] if name.startswith(DATAGEN + "/") else None
+            if version < 2 and name == "initial_state" and ds.ndim == 1:
+                out[name] = _Field((1, *ds.shape), ds.dtype, lambda ds=ds: ds[()][None], name)
+            elif version < 2 and key in LEGACY_FIELDS:
+                new, width = LEGACY_FIELDS[key]
+                if width is None:
+                    shape, dtype = ds.shape, ds.dtype
+                elif ds.ndim == 2 and ds.shape[1] == width:
+                    shape, dtype = (ds.shape[0], 4, 4), np.dtype(np.float32) if ds.dtype.kind in "iuf" else ds.dtype
+                else:
+                    raise DatasetError(f"{self.path}: {demo}: field {name!r} has shape {ds.shape}: expected (T, "
+                                       f"{width}), as format_version {version} stores it")
+                out[f"{DATAGEN}/{new}"] = _Field(shape, dtype, lambda ds=ds, key=key: upgrade_field(key, ds[()],
+                                                                                                     version), name)
+            else:
+                out[name] = _Field(ds.shape, ds.dtype, lambda ds=ds: ds[()], name)
+        return out
 
     # -- reading -----------------------------------------------------------------------------------------------
     @property
@@ -628,7 +757,7 @@ class DemoReader:
 
     @property
     def format_version(self) -> int:
-        """1: datagen_info poses are x,y,z,w; 0 (or no attr): w,x,y,z."""
+        """The file's layout version (see the module docstring); `load` returns version 2 whatever it is."""
         return int(self._file_attrs.get("format_version", 0))
 
     @property
@@ -647,33 +776,29 @@ class DemoReader:
         self._group(name)
         return dict(self._attrs[name])
 
-    def load(self, name: str, datagen_quat: str | None = None) -> dict:
-        """The arrays of demo `name` as nested dicts of numpy arrays, checked with `validate_demo`.
-
-        `datagen_quat="xyzw"` returns the datagen_info poses x,y,z,w whatever the file's version (converting a
-        version-0 file's); None returns them as stored.
-        """
+    def load(self, name: str) -> dict:
+        """The arrays of demo `name` in layout 2 (an older file's converted) as nested dicts of numpy arrays, the
+        derived next_obs, rewards and dones left out: what `DemoWriter.append` takes. Checked with `validate_demo`."""
         group = self._group(name)
-        if "actions" not in group or not isinstance(group["actions"], h5py.Dataset):
+        demo: dict = {}
+        source = "its member list"
+        try:
+            for path, field in self._fields(name, group).items():
+                if path.split("/")[0] in DERIVED:
+                    continue
+                source = field.source
+                *parents, leaf = path.split("/")
+                node = demo
+                for key in parents:
+                    node = node.setdefault(key, {})
+                node[leaf] = field.read()
+        except DatasetError:
+            raise
+        except Exception as e:
+            raise DatasetError(f"{self.path}: {name}: cannot read field {source!r}: {_h5_reason(e)}; expected an "
+                               f"intact HDF5 file (truncated or corrupt?)") from None
+        if "actions" not in demo:
             raise DatasetError(f"{self.path}: {name}: field 'actions' is missing")
-
-        def read(g: h5py.Group, prefix: str) -> dict:
-            out = {}
-            for key, item in g.items():
-                path = f"{prefix}/{key}"
-                try:
-                    out[key] = read(item, path) if isinstance(item, h5py.Group) else item[()]
-                except DatasetError:
-                    raise
-                except Exception as e:
-                    raise DatasetError(f"{self.path}: {name}: cannot read field {path.split('/', 2)[2]!r}: "
-                                       f"{_h5_reason(e)}; expected an intact HDF5 file (truncated or corrupt?)") from None
-                if (datagen_quat == "xyzw" and self.format_version < 1 and "/datagen_info/" in path
-                        and key.endswith("_pose") and out[key].shape[-1:] == (7,)):
-                    out[key] = pose_wxyz_to_xyzw(out[key])
-            return out
-
-        demo = read(group, f"data/{name}")
         validate_demo(demo, f"{self.path}: {name}", self.action_dim)
         return demo
 
@@ -708,6 +833,36 @@ def check_dataset(path: str | os.PathLike, **needs) -> int:
         for name in reader.names:
             reader.load(name)
         return len(reader)
+
+
+def upgrade_dataset(source: str | os.PathLike, output: str | os.PathLike | None = None) -> int:
+    """Write the demos of `source` (any format_version `DemoReader` reads) to `output` (default: `source` itself) in
+    the current layout, with their attrs and the run-level attrs; returns the number of demos written, 0 when
+    `source` is already current and is the output.
+
+    Written by `DemoWriter` under `<output>.partial` and renamed to `output` only when complete: a run cut short
+    leaves `source` as it was (and a `.partial` that the next run starts over). Demos are renumbered demo_0 .. in
+    file order.
+    """
+    source = Path(source)
+    output = Path(output) if output is not None else source
+    with DemoReader(source, min_demos=1, purpose="an upgrade copies demos") as reader:
+        if reader.format_version == FORMAT_VERSION and output.resolve() == source.resolve():
+            return 0
+        extra = {k: v for k, v in reader.env_args.items() if k not in ("env_name", "type")}
+        writer = DemoWriter(output, reader.env_name, extra, resume=False)
+        try:
+            for key, value in reader.data_attrs().items():
+                if key not in ("total", "env_args"):
+                    writer.set_attr(key, value)
+            for name in reader.names:
+                writer.append(reader.load(name), reader.attrs(name))
+        except BaseException:
+            writer.close(publish=False)
+            raise
+        count = len(reader)
+    writer.close()  # after the reader has let go of `source`, which an upgrade in place replaces
+    return count
 
 
 def _known_tasks() -> tuple[str, ...]:

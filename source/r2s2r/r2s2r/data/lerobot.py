@@ -32,13 +32,15 @@ VIDEO_CODECS = ("libsvtav1", "h264", "hevc")  # what LeRobot's encoder accepts; 
 DEFAULT_CONTROL_HZ = 20.0  # the tasks' control rate, for files whose env_args do not state it
 
 
-def lerobot_dataset_class() -> type:
-    """LeRobot's `LeRobotDataset` (from the standalone `lerobot-dataset` package, module `ledataset`)."""
+def make_torchvision_importable() -> None:
+    """Let `import torchvision` succeed beside the CPU torch (LeRobot, and robomimic in the tests, import it at module
+    level).
+
+    PyPI's torchvision is a CUDA build whose C ops cannot load next to the CPU torch; torchvision then fails on
+    import while registering fakes for two detection ops it never loaded. Neither library uses those ops here (LeRobot
+    decodes with torchcodec), so declaring their schemas is enough."""
     import torch
 
-    # LeRobot imports torchvision at module level. PyPI's torchvision is a CUDA build whose C ops cannot load next
-    # to the CPU torch; torchvision then fails on import while registering fakes for two detection ops it never
-    # loaded. LeRobot uses none of those ops (it decodes with torchcodec), so declaring their schemas is enough.
     spec = importlib.util.find_spec("torchvision")
     if spec is not None and spec.origin is not None and not hasattr(torch.ops.torchvision, "nms"):
         try:
@@ -46,6 +48,11 @@ def lerobot_dataset_class() -> type:
         except OSError:
             for op in ("nms", "qnms"):
                 torch.library.define(f"torchvision::{op}", "(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+
+
+def lerobot_dataset_class() -> type:
+    """LeRobot's `LeRobotDataset` (from the standalone `lerobot-dataset` package, module `ledataset`)."""
+    make_torchvision_importable()
     try:
         from ledataset.datasets.lerobot_dataset import LeRobotDataset
     except ImportError as e:

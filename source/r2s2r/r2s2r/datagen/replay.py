@@ -39,7 +39,7 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
                 attrs = reader.attrs(name)
                 demo = reader.load(name)
                 env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
-                env.set_state(demo["initial_state"])
+                env.set_state(demo["initial_state"][0])  # (1, N): one state, with the episode axis
                 info = {"success": False, "failure": "no steps"}
                 for action in np.asarray(demo["actions"]):
                     _, _, terminated, truncated, info = env.step(action)
@@ -90,7 +90,7 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
                 have = {a.get("rendered_from") for a in writer.demo_attrs()}
                 todo = [n for n in reader.names if n not in have]
                 for name in tqdm(todo, desc="rendering states", unit="demo", disable=not progress):
-                    demo, attrs = reader.load(name, datagen_quat="xyzw"), reader.attrs(name)
+                    demo, attrs = reader.load(name), reader.attrs(name)
                     states = demo["states"]
                     env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
                     frames = {c: [] for c in cameras}

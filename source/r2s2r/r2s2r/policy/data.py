@@ -62,7 +62,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
     if policy.kind == "object_centric":
         from r2s2r.policy.object_centric import LABEL_FIELDS
 
-        shapes = {f"obs/datagen_info/{k}": (w,) for k, w in LABEL_FIELDS.items()}
+        shapes = {f"obs/datagen_info/{k}": shape for k, shape in LABEL_FIELDS.items()}
         finite += list(shapes)
     purpose = (f"the policy observes cameras {list(policy.cameras)} (policy.cameras) and proprio "
                f"{list(policy.proprio)} (policy.proprio)")

@@ -31,13 +31,14 @@ from torch.nn import functional as F
 
 from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
-from r2s2r.data.hdf5 import pose_xyzw_to_wxyz
+from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
 POS, YAW, SIZE, BIN = slice(0, 3), slice(3, 5), slice(5, 8), slice(8, 11)
 LABEL_DIM = 11
-LABEL_FIELDS = {"object_pose": 7, "object_half_extents": 3, "target_bin_pos": 3}  # datagen_info field -> width
+# datagen_info field -> per-step shape
+LABEL_FIELDS = {f"object_pose/{OBJECT}": (4, 4), "object_half_extents": (3,), f"object_pose/{TARGET_BIN}": (4, 4)}
 # The head's proprioception (arm_dq is left out: with it a policy learns to continue its own motion).
 HEAD_PROPRIO = ("arm_q", "hand_q", "ee_pose", "belt_setpoint")
 EE_POSE = slice(27, 34)  # the hand's pose (position, w,x,y,z) in HEAD_PROPRIO's concatenation (after arm_q, hand_q)
@@ -66,11 +67,11 @@ def near_field(offset):
 
 def frame_labels(datagen_info: dict) -> np.ndarray:
     """(T, 11) estimator targets of one demo: object position, grasp-yaw features, half extents, bin position."""
-    pose = pose_xyzw_to_wxyz(np.asarray(datagen_info["object_pose"], dtype=float))
+    pos, quat = matrix_poses(datagen_info["object_pose"][OBJECT])
     extents = np.asarray(datagen_info["object_half_extents"], dtype=float)
-    yaw = np.array([grasp_yaw(q, e) for q, e in zip(pose[:, 3:], extents)])
-    return np.concatenate([pose[:, :3], np.cos(2 * yaw)[:, None], np.sin(2 * yaw)[:, None], extents,
-                           np.asarray(datagen_info["target_bin_pos"], dtype=float)], axis=1).astype(np.float32)
+    yaw = np.array([grasp_yaw(q, e) for q, e in zip(quat, extents)])
+    return np.concatenate([pos, np.cos(2 * yaw)[:, None], np.sin(2 * yaw)[:, None], extents,
+                           positions(datagen_info["object_pose"][TARGET_BIN])], axis=1).astype(np.float32)
 
 
 def photometric(images: torch.Tensor, generator: torch.Generator, strength: float) -> torch.Tensor:

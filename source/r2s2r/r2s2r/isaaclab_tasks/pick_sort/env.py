@@ -44,9 +44,10 @@ from newton import ShapeFlags
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import arm_joint_names, hand_joint_names, object_body_name
 from r2s2r.core import ConfigError
-from r2s2r.data.annotate import BIN_HALF_SIZE, CLOSING_FRACTION, LIFT_HEIGHT, NEAR_DISTANCE, signal_traces
+from r2s2r.data.annotate import BIN_HALF_SIZE, CLOSING_FRACTION, LIFT_HEIGHT, NEAR_DISTANCE, traces
 from r2s2r.geometry import quat_to_mat
-from r2s2r.isaaclab_tasks.pick_sort.env_cfg import EEF, PickSortCellEnvCfg, camera_cfg
+from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
+from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.render.isaac_rtx import kit_running
 from r2s2r.sim import belt_drive_speed
@@ -59,7 +60,7 @@ XYZW_TO_WXYZ = [3, 0, 1, 2]
 # reference's ee_pose mode (15 iterations), so the IK runs to its tolerance (1e-4) or until it stalls.
 MIMIC_IK_ITERATIONS = 100
 UP = np.array([0.0, 0.0, 1.0])
-TRACKING = ("eef_pose", "object_pose", "gripper_action", "target_bin_pos")  # what annotate's signals read
+TRACKING = ("eef_pos", "object_pos", "hand", "bin_pos")  # what annotate's signal traces read
 
 
 def _encloses(model: mujoco.MjModel, data: mujoco.MjData, g: int, point: np.ndarray) -> bool:
@@ -360,8 +361,8 @@ class PickSortCellEnv(DirectRLEnv):
         bins = torch.tensor(np.array([ref.bins[ref.colour].center for ref in refs]), dtype=torch.float32,
                             device=self.device)
         eye = torch.eye(3, device=self.device).expand(len(ids), 3, 3)
-        return {"object": make_pose(obj[:, :3] - self.scene.env_origins[ids], matrix_from_quat(obj[:, 3:7])),
-                "target_bin": make_pose(bins, eye)}
+        return {OBJECT: make_pose(obj[:, :3] - self.scene.env_origins[ids], matrix_from_quat(obj[:, 3:7])),
+                TARGET_BIN: make_pose(bins, eye)}
 
     def target_eef_pose_to_action(self, target_eef_pose_dict: dict, gripper_action_dict: dict,
                                   action_noise_dict: dict | None = None, env_id: int = 0) -> torch.Tensor:
@@ -401,8 +402,8 @@ class PickSortCellEnv(DirectRLEnv):
         action's hand targets (the rows of a recorded demo's `obs/datagen_info`)."""
         eef = self.get_robot_eef_pose(EEF)[:, :3, 3].cpu().numpy()
         frames = self.get_object_poses()
-        obj = frames["object"][:, :3, 3].cpu().numpy()
-        bins = frames["target_bin"][:, :3, 3].cpu().numpy()
+        obj = frames[OBJECT][:, :3, 3].cpu().numpy()
+        bins = frames[TARGET_BIN][:, :3, 3].cpu().numpy()
         hand = actions[:, 7:].cpu().numpy()
         for i, rows in enumerate(self._tracking):
             for key, value in zip(TRACKING, (eef[i], obj[i], hand[i], bins[i])):
@@ -419,8 +420,8 @@ class PickSortCellEnv(DirectRLEnv):
         for i in self._ids(env_ids):
             rows = self._tracking[i]
             on = {name: False for name in signals}
-            if rows["eef_pose"]:
-                tr = signal_traces({k: np.array(v) for k, v in rows.items()}, where=f"environment {i}")
+            if rows["eef_pos"]:
+                tr = traces(**{k: np.array(v) for k, v in rows.items()})
                 lifted = (tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE)
                 on["grasp"] = bool(lifted.any())
                 on["carry"] = on["grasp"] and bool(

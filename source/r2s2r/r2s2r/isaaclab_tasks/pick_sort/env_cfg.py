@@ -40,6 +40,8 @@ from r2s2r.cell.mjcf import build_model, object_body_name
 from r2s2r.cell.spec import CellCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
+# The Mimic names the demo files use too: the end-effector (the right grasp site) and the two subtask frames.
+from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.physics.mujoco_warp import DEFAULT_NCONMAX, default_njmax
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
@@ -48,7 +50,6 @@ CELL = "{ENV_REGEX_NS}/Cell"
 # stiffness/damping None: the drives keep the gains the stage carries (the MuJoCo model's, per degree).
 STAGE_DRIVES = {"all": ImplicitActuatorCfg(joint_names_expr=[".*"], stiffness=None, damping=None)}
 PROPRIO_DIM = 7 + 7 + 20 + 7 + 1  # arm_q, arm_dq, hand_q, ee_pose, belt_setpoint (the reference's proprio)
-EEF = "right"  # the Mimic end-effector name: the right grasp site
 # Mimic's action noise, added to the absolute target pose before IK: metres on the position, radians on a random
 # rotation. Isaac Lab's default (0.03) is meant for normalized delta actions; 3 cm would miss a grasp.
 ACTION_NOISE = 0.003
@@ -56,13 +57,13 @@ ACTION_NOISE = 0.003
 # The subtasks of `r2s2r.data.annotate`, each ending where its term signal switches on. Intercept and grasp move
 # relative to the object; carry and release relative to the episode's target bin (`get_object_poses` names both).
 MIMIC_SUBTASKS = {EEF: [
-    SubTaskConfig(object_ref="object", subtask_term_signal="intercept", selection_strategy="nearest_neighbor_object",
+    SubTaskConfig(object_ref=OBJECT, subtask_term_signal="intercept", selection_strategy="nearest_neighbor_object",
                   action_noise=ACTION_NOISE, description="approach and follow the object, descend over it"),
-    SubTaskConfig(object_ref="object", subtask_term_signal="grasp", action_noise=ACTION_NOISE,
+    SubTaskConfig(object_ref=OBJECT, subtask_term_signal="grasp", action_noise=ACTION_NOISE,
                   description="close the hand on the object and lift it off the belt"),
-    SubTaskConfig(object_ref="target_bin", subtask_term_signal="carry", action_noise=ACTION_NOISE,
+    SubTaskConfig(object_ref=TARGET_BIN, subtask_term_signal="carry", action_noise=ACTION_NOISE,
                   description="carry the object above the bin of its colour"),
-    SubTaskConfig(object_ref="target_bin", subtask_term_signal=None, action_noise=ACTION_NOISE,
+    SubTaskConfig(object_ref=TARGET_BIN, subtask_term_signal=None, action_noise=ACTION_NOISE,
                   description="lower, open the hand and retreat"),
 ]}
 
