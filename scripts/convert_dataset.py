@@ -10,14 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-try:
-    import r2s2r  # noqa: F401
-except ImportError:  # not installed into this interpreter: import from the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "r2s2r"))
-
-from r2s2r.data.hdf5 import FORMAT_VERSION, DatasetError, upgrade_dataset  # noqa: E402
+from r2s2r.data.hdf5 import FORMAT_VERSION, DatasetError, upgrade_dataset
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,16 +7,10 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 
-try:
-    import r2s2r  # noqa: F401
-except ImportError:  # not installed into this interpreter: import from the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "r2s2r"))
-
-from r2s2r.core import ConfigError  # noqa: E402
-from r2s2r.data.hdf5 import DatasetError  # noqa: E402
-from r2s2r.data.lerobot import EPISODE_ATTRS, VIDEO_CODECS  # noqa: E402
+from r2s2r.core import ConfigError
+from r2s2r.data.hdf5 import DatasetError
+from r2s2r.data.lerobot import EPISODE_ATTRS, VIDEO_CODECS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -9,12 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
-
-try:
-    import r2s2r  # noqa: F401
-except ImportError:  # not installed into this interpreter: import from the source tree
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "source" / "r2s2r"))
 
 FPS = 30
 BELT_SPEED = 0.2  # m/s
