@@ -23,7 +23,6 @@ import torch
 from isaaclab.utils import configclass
 
 from r2s2r.behavior import BehaviorGenerator, make_generator
-from r2s2r.geometry import quat_to_mat
 from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
 from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PROPRIO_DIM, PickSortCellEnvCfg
 from r2s2r.tasks.pick_sort.env import PickSortEnv
@@ -49,9 +48,7 @@ def base_targets(ref: PickSortEnv, controller: BehaviorGenerator, arm_seed: np.n
     """The base's 27 joint targets in the reference's current state: the controller's grasp-site pose through the
     reference's IK from `arm_seed`, and its hand targets."""
     action = controller(ref.observe())
-    quat = action[3:7] / max(np.linalg.norm(action[3:7]), 1e-9)
-    arm, _ = ref.ik.solve(arm_seed, action[:3], quat_to_mat(quat), iterations=ref.cfg.ik_iterations)
-    return np.concatenate([arm, action[7:]])
+    return np.concatenate([ref.arm_targets(action[:7], arm_seed), action[7:]])
 
 
 class PickSortResidualEnv(PickSortCellEnv):

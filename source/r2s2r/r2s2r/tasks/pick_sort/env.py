@@ -147,6 +147,13 @@ class PickSortEnv(gym.Env):
                              gain=lighting_gain(self.cell.lighting, self._light_rng))
 
     # ----------------------------------------------------------------------------------------------------------
+    def arm_targets(self, ee_pose: np.ndarray, seed: np.ndarray) -> np.ndarray:
+        """The arm joint targets of an `ee_pose` action's grasp-site pose (position, quaternion w,x,y,z): the IK
+        from `seed` (the targets the drives hold), as a control step of `action_mode="ee_pose"` solves it."""
+        quat = ee_pose[3:7] / max(np.linalg.norm(ee_pose[3:7]), 1e-9)
+        q_arm, _ = self.ik.solve(seed, ee_pose[:3], quat_to_mat(quat), iterations=self.cfg.ik_iterations)
+        return q_arm
+
     def step(self, action):
         action = np.asarray(action, dtype=float)
         if action.shape != (27,):
@@ -154,9 +161,7 @@ class PickSortEnv(gym.Env):
         if not np.isfinite(action).all():
             raise ValueError("action contains NaN or inf")
         if self.cfg.action_mode == "ee_pose":
-            quat = action[3:7] / max(np.linalg.norm(action[3:7]), 1e-9)
-            q_arm, _ = self.ik.solve(self._ctrl[self.index.arm_act], action[:3], quat_to_mat(quat),
-                                     iterations=self.cfg.ik_iterations)
+            q_arm = self.arm_targets(action[:7], self._ctrl[self.index.arm_act])
         else:
             q_arm = action[:7]
         self._ctrl[self.index.belt_act] = belt_drive_speed(self.cell.belt, self.belt_speed, self.belt_rng)
