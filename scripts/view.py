@@ -44,16 +44,13 @@ import numpy as np  # noqa: E402
 from r2s2r import cli  # noqa: E402
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.annotate import (  # noqa: E402
-    BIN_HALF_SIZE,
-    CLOSING_FRACTION,
-    LIFT_HEIGHT,
-    NEAR_DISTANCE,
     SUBTASKS,
     AnnotationError,
     demo_annotation,
     stored_annotation,
     traces,
 )
+from r2s2r.data.annotate import ends_so_far as annotation_ends_so_far  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError, DemoReader  # noqa: E402
 
 DEFAULT_TASK = "R2S2R-PickSort-v0"
@@ -127,21 +124,8 @@ def subtask_table(ends: list[int], length: int | None, frame: int) -> str:
 
 
 def ends_so_far(trace: dict[str, list]) -> list[int]:
-    """The subtask ends of a live episode's steps so far, by the rules of r2s2r.data.annotate.annotate applied to
-    what has happened: the grasp starts after the last open hand (before the lift, or now), the carry at the lift
-    of the object near the hand, the release once it is above its bin."""
-    tr = traces(**{k: np.array(v) for k, v in trace.items()})
-    n = len(tr["closure"])
-    lifted = np.flatnonzero((tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE))
-    lift = int(lifted[0]) if lifted.size else n
-    open_hand = np.flatnonzero(tr["closure"][:lift] <= CLOSING_FRACTION)
-    close = int(open_hand[-1]) + 1 if open_hand.size else 0
-    if close >= n:
-        return []
-    if lift >= n:
-        return [close]
-    above = np.flatnonzero(tr["object_bin_distance"][lift:] < BIN_HALF_SIZE)
-    return [close, lift] + ([lift + int(above[0])] if above.size else [])
+    """The subtask ends of a live episode's steps so far (`r2s2r.data.annotate.ends_so_far`)."""
+    return annotation_ends_so_far(traces(**{k: np.array(v) for k, v in trace.items()}))
 
 
 # -- sources of motion ------------------------------------------------------------------------------------------

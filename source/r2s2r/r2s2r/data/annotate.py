@@ -127,6 +127,25 @@ def annotate_traces(tr: Mapping[str, np.ndarray], corrections: Mapping[str, int]
     return Annotation(tuple(bounds), length)
 
 
+def ends_so_far(tr: Mapping[str, np.ndarray]) -> list[int]:
+    """The subtask ends an episode has reached so far (its signal traces, `traces`, up to now), by `annotate_traces`'
+    rules applied to what has happened: the grasp starts after the last open hand (before the lift, or now), the
+    carry at the lift of the object near the hand, the release once it is above its bin. A closure that opens again
+    before the lift (a failed try) ends the intercept and then takes that end back, where annotate, seeing the whole
+    demo, leaves it inside intercept."""
+    n = len(tr["closure"])
+    lifted = np.flatnonzero((tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE))
+    lift = int(lifted[0]) if lifted.size else n
+    open_hand = np.flatnonzero(tr["closure"][:lift] <= CLOSING_FRACTION)
+    close = int(open_hand[-1]) + 1 if open_hand.size else 0
+    if close >= n:
+        return []
+    if lift >= n:
+        return [close]
+    above = np.flatnonzero(tr["object_bin_distance"][lift:] < BIN_HALF_SIZE)
+    return [close, lift] + ([lift + int(above[0])] if above.size else [])
+
+
 def stored_annotation(datagen_info: Mapping, where: str = "demo") -> Annotation | None:
     """The annotation stored in a demo's term signals, or None if it has none (or only some of them)."""
     signals = datagen_info.get("subtask_term_signals", {})

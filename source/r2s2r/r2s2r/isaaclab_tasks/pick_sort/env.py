@@ -44,7 +44,7 @@ from newton import ShapeFlags
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import arm_joint_names, hand_joint_names, object_body_name
 from r2s2r.core import ConfigError
-from r2s2r.data.annotate import BIN_HALF_SIZE, CLOSING_FRACTION, LIFT_HEIGHT, NEAR_DISTANCE, traces
+from r2s2r.data.annotate import TERM_SIGNALS, ends_so_far, traces
 from r2s2r.geometry import quat_to_mat
 from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
@@ -416,17 +416,10 @@ class PickSortCellEnv(DirectRLEnv):
         the whole demo, leaves a closure that opens again before the lift (a failed try) inside intercept; seen
         step by step such a closure switches `intercept` on and off again, so the two agree on episodes without a
         retry. All False before the first step of an episode."""
-        signals = {"intercept": [], "grasp": [], "carry": []}
+        signals = {name: [] for name in TERM_SIGNALS}
         for i in self._ids(env_ids):
             rows = self._tracking[i]
-            on = {name: False for name in signals}
-            if rows["eef_pos"]:
-                tr = traces(**{k: np.array(v) for k, v in rows.items()})
-                lifted = (tr["object_lift"] > LIFT_HEIGHT) & (tr["hand_object_distance"] < NEAR_DISTANCE)
-                on["grasp"] = bool(lifted.any())
-                on["carry"] = on["grasp"] and bool(
-                    (tr["object_bin_distance"][int(np.argmax(lifted)):] < BIN_HALF_SIZE).any())
-                on["intercept"] = on["grasp"] or bool(tr["closure"][-1] > CLOSING_FRACTION)
-            for name in signals:
-                signals[name].append(on[name])
+            reached = len(ends_so_far(traces(**{k: np.array(v) for k, v in rows.items()}))) if rows["eef_pos"] else 0
+            for k, name in enumerate(TERM_SIGNALS):  # a subtask's signal is on once its end has been reached
+                signals[name].append(k < reached)
         return {name: torch.tensor(v, device=self.device) for name, v in signals.items()}
