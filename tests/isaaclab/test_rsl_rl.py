@@ -75,6 +75,7 @@ def record(folder: Path) -> None:
     start = time.perf_counter()
     runner.learn(num_learning_iterations=PPO_ITERATIONS, init_at_random_ep_len=agent_cfg.init_at_random_ep_len)
     facts["learn_s"] = time.perf_counter() - start
+    runner.logger.writer.close()  # its SummaryWriter flushes every 10 s: write every event before reading them
     events = EventAccumulator(str(log_dir))
     events.Reload()
     facts["scalars"] = {tag: [e.value for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]
