@@ -4,7 +4,8 @@ Rates are environment steps per second: control steps x environments / s. The ba
 `decimation` solver steps (one substep each, as the environment's physics takes them) on a Newton model built
 from the same USD stage with `ModelBuilder.add_usd` and `replicate` (one world per environment, at the
 environments' origins), with the environment's solver options and shape defaults, from the environment's state
-and drive targets after its reset and first step. It has no Isaac Lab layer: no actuators, asset buffers or scene
+and drive targets after its reset and first step, replayed as a Warp graph as the environment's physics manager
+replays its own (r2s2r/isaaclab_tasks/pick_sort/cpu_graph.py). It has no Isaac Lab layer: no actuators, asset buffers or scene
 updates, and no MuJoCo C references (state read-back, outcomes, observations). `ratio` = environment / bare.
 
 Isaac Lab holds one simulation per process, so each environment count runs in a child process (this script with
@@ -93,10 +94,14 @@ def bare_solver(cfg, origins, manager):
     for name in ("joint_target_q", "joint_target_qd"):
         getattr(control, name).assign(getattr(env_control, name))
     dt = cfg.sim.dt
+    solver.step(state, state, control, None, dt)  # untimed: the solver's kernels compile, its buffers appear
+    # One physics step recorded as a Warp graph and replayed, as the environment's manager does (cpu_graph.py).
+    with wp.ScopedCapture(device="cpu") as capture:
+        solver.step(state, state, control, None, dt)  # one state in and out, as Isaac Lab runs this solver
 
     def period() -> None:
         for _ in range(cfg.decimation):
-            solver.step(state, state, control, None, dt)  # one state in and out, as Isaac Lab runs this solver
+            wp.capture_launch(capture.graph)
         wp.synchronize_device("cpu")
 
     return period, lambda: int(solver.mjw_data.nacon.numpy()[0])

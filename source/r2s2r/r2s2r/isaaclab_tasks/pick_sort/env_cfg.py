@@ -45,6 +45,7 @@ from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.physics.mujoco_warp import DEFAULT_NCONMAX, default_njmax
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
+from r2s2r.isaaclab_tasks.pick_sort.cpu_graph import NewtonCpuGraphMJWarpManager
 
 CELL = "{ENV_REGEX_NS}/Cell"
 # stiffness/damping None: the drives keep the gains the stage carries (the MuJoCo model's, per degree).
@@ -194,11 +195,13 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
         self.episode_length_s = task.episode_seconds
         self.sim.dt = float(opt.timestep)
         self.sim.render_interval = self.decimation
-        # The reference's MuJoCo options, given as MuJoCo's integer constants. No CUDA graphs: on the CPU there
-        # is nothing to capture. Contact and constraint buffers sized as the project's MuJoCo Warp backend sizes
-        # them: with Isaac Lab's defaults a grasp overflowed the contact buffer (MuJoCo Warp then drops contacts).
+        # The reference's MuJoCo options, given as MuJoCo's integer constants. Contact and constraint buffers sized
+        # as the project's MuJoCo Warp backend sizes them: with Isaac Lab's defaults a grasp overflowed the contact
+        # buffer (MuJoCo Warp then drops contacts). The manager replays each physics step as a Warp graph on the
+        # CPU (cpu_graph.py); CUDA graphs stay off, as there is no CUDA device here.
         self.sim.physics = NewtonCfg(
-            solver_cfg=MJWarpSolverCfg(integrator=int(opt.integrator), cone=int(opt.cone), solver=int(opt.solver),
+            solver_cfg=MJWarpSolverCfg(class_type=NewtonCpuGraphMJWarpManager,
+                                       integrator=int(opt.integrator), cone=int(opt.cone), solver=int(opt.solver),
                                        impratio=float(opt.impratio), iterations=int(opt.iterations),
                                        ls_iterations=int(opt.ls_iterations), tolerance=float(opt.tolerance),
                                        nconmax=DEFAULT_NCONMAX, njmax=default_njmax(model, DEFAULT_NCONMAX)),
