@@ -201,8 +201,9 @@ def test_malformed_train_config_is_refused_naming_field_value_and_range(case):
         assert part in message, f"{part!r} not in {message!r}"
 
 
-TRAIN_CLI_CASES = ["optim.lr=nan", "optim.grad_clip=-1.0", "optim.warmup_steps=-1", "policy.heads=0",
-                   "policy.dropout=1.0"]
+# The tool's own path (Hydra, exit status, nothing left behind) for a non-finite and an out-of-range field; every
+# case of CONFIG_CASES reaches the same validator in the test above, in this process.
+TRAIN_CLI_CASES = ["optim.lr=nan", "policy.heads=0"]
 
 
 @pytest.fixture(scope="module")
