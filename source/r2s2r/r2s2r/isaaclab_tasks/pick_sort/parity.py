@@ -4,9 +4,11 @@ The actions are recorded on MuJoCo C: the scripted controller in `action_mode="e
 targets its IK commanded plus the hand targets. They are then played in `R2S2R-PickSort-v0` (`action_mode="joint"`)
 and in the Isaac Lab environment from the same seeded reset. Each control step compares the grasp site (forward
 kinematics of each state, since MuJoCo C's `ee_pose` after a step lags the state by one physics step), the object's
-position and the right arm and hand joints. The numbers in docs/isaaclab.md come from
+position and the right arm and hand joints. Success agreement plays the scripted episodes of consecutive seeds at
+once, one Isaac Lab environment per seed, and compares how each ended. The numbers in docs/isaaclab.md come from
 
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world ungrounded --seed 1
+    python -m r2s2r.isaaclab_tasks.pick_sort.parity --world grounded --seed 0 --episodes 20
 """
 
 from __future__ import annotations
@@ -69,19 +71,50 @@ def replay(env, world: str, seed: int, actions: list[np.ndarray]) -> dict:
     return {"diffs": {k: np.array(v) for k, v in diffs.items()}, **ends}
 
 
+def success_agreement(env, world: str, first_seed: int, hold_steps: int = 20) -> list[dict]:
+    """The scripted episodes of seeds first_seed, first_seed + 1, ... (one per environment of `env`, built for
+    `world`) played in both physics. After its recorded actions an environment holds the last one for up to
+    `hold_steps` more steps (a drop into the bin may settle a little later). Per seed: each side's (step, outcome),
+    Isaac Lab's None if it did not end."""
+    episodes = [scripted_joint_actions(world, first_seed + i) for i in range(env.num_envs)]
+    env.reset(seed=first_seed)  # environment i plays the reference's reset(seed=first_seed + i)
+    ends: list[tuple[int, str] | None] = [None] * env.num_envs
+    for t in range(max(len(actions) for actions, _ in episodes) + hold_steps):
+        batch = np.stack([actions[min(t, len(actions) - 1)] for actions, _ in episodes])
+        _, _, terminated, truncated, extras = env.step(torch.tensor(batch, dtype=torch.float32))
+        for i in np.flatnonzero((terminated | truncated).numpy()):
+            if ends[i] is None:  # the environment has reset since: later ends are another episode's
+                ends[i] = (t, extras["outcome"][i])
+        if all(end is not None for end in ends):
+            break
+    return [{"seed": first_seed + i, "mujoco_c": (len(actions) - 1, outcome), "isaaclab": end,
+             "agree": end is not None and end[1] == outcome}
+            for i, ((actions, outcome), end) in enumerate(zip(episodes, ends))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", choices=("grounded", "ungrounded"), default="ungrounded")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1, help="the episode's seed (with --episodes, the first seed)")
+    parser.add_argument("--episodes", type=int, default=1,
+                        help="with more than 1: success agreement over that many consecutive seeds, played at once")
     args = parser.parse_args()
+    if args.episodes < 1:
+        parser.error(f"--episodes = {args.episodes}: expected at least 1")
     import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
     from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
 
-    actions, _ = scripted_joint_actions(args.world, args.seed)
-    env = PickSortCellEnv(parse_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0"))
+    env = PickSortCellEnv(parse_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0",
+                                        num_envs=args.episodes))
     try:
+        if args.episodes > 1:
+            rows = success_agreement(env, args.world, args.seed)
+            print(json.dumps({"world": args.world, "agree": sum(r["agree"] for r in rows), "episodes": len(rows),
+                              "rows": rows}, indent=1))
+            return
+        actions, _ = scripted_joint_actions(args.world, args.seed)
         result = replay(env, args.world, args.seed, actions)
     finally:
         env.close()
