@@ -7,6 +7,8 @@ kinematics of each state, since MuJoCo C's `ee_pose` after a step lags the state
 position and the right arm and hand joints. The numbers in docs/isaaclab.md come from
 
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world ungrounded --seed 1
+
+(or `isaaclab -p -m ...`); Isaac Lab's launcher options apply (`add_launcher_args`; it starts no Kit for this task).
 """
 
 from __future__ import annotations
@@ -73,18 +75,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", choices=("grounded", "ungrounded"), default="ungrounded")
     parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
-    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+    from isaaclab.app import add_launcher_args
 
+    add_launcher_args(parser)
+    args = parser.parse_args()
+    from r2s2r.isaaclab_tasks.launcher import launch, launcher_device
     from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+    from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
 
     actions, _ = scripted_joint_actions(args.world, args.seed)
-    env = PickSortCellEnv(parse_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0"))
-    try:
-        result = replay(env, args.world, args.seed, actions)
-    finally:
-        env.close()
+    cfg = cell_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0", device=launcher_device(args))
+    with launch(cfg, args):
+        env = PickSortCellEnv(cfg)
+        try:
+            result = replay(env, args.world, args.seed, actions)
+        finally:
+            env.close()
     summary = {k: {"max": float(v.max()), "mean": float(v.mean())} for k, v in result["diffs"].items()}
     print(json.dumps({"world": args.world, "seed": args.seed, "steps": len(actions), "differences": summary,
                       "mujoco_c": result["mujoco_c"], "isaaclab": result["isaaclab"]}, indent=1))
