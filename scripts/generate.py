@@ -7,7 +7,9 @@ Examples:
       --output outputs/sim/wu_bu.hdf5 env.image_size=[64,64] datagen.chunk_size=8
   python scripts/generate.py --task ... --ray-address 10.0.0.5:6379 --output outputs/sim/sim.hdf5 \\
       --log-json outputs/sim/sim.chunks.jsonl
-  isaaclab.sh -p scripts/generate.py --task ...   (the same, under Isaac Lab's Python)
+  isaaclab -p scripts/generate.py --task ...   (the same under Isaac Lab's Python; or isaaclab.sh -p)
+  isaaclab -p scripts/generate.py --task Isaac-R2S2R-PickSort-Grounded-v0 --generator planner \
+      --num-trajectories 10 --output outputs/sim/isaaclab_wg_bu.hdf5 env.cameras=[right_wrist]
 
 Each attempt resets the task (seed and condition derived from --seed and the attempt number), lets the task's
 behaviour generator act until the episode ends, and is admitted only if the object was picked up and placed in
@@ -15,6 +17,15 @@ its assigned bin. Admitted attempts are replayed with the cameras on and recorde
 r2s2r.data.hdf5, read by Isaac Lab Mimic / robomimic tools): actions, obs (cameras, proprioception,
 datagen_info), states, initial_state; attrs seed, success, task, condition, object, colour, belt_speed,
 generator, source_demo, world_file, world_sha256. Rejected attempts are counted by reason.
+
+Isaac Lab task IDs (Isaac-R2S2R-PickSort-Grounded-v0, -Ungrounded-v0) name a world only: --generator picks the
+behaviour (mimic: grounded, planner: ungrounded). The same generators act, the same rule admits, and the dataset
+has the same layout (its task attr is the Isaac Lab ID, its states MuJoCo's), but the physics is the Isaac Lab
+environment's: Newton with the MuJoCo Warp solver, kit-less, on its config's device (the CPU; --device sets
+another). The images come from Isaac Lab camera sensors (Newton's Warp ray tracer). Such a run goes through Isaac
+Lab's launcher (launch_simulation; its options below), which starts no Kit for it. Of the env.* overrides it takes
+env.cameras, env.image_size and env.depth. It is slow on a CPU: about 1 control step/s, and an admitted attempt
+is played twice (the attempt, then its recorded replay).
 
 Overrides (after the options, Hydra style) set any config field:
   env.<field>        the task config (r2s2r.tasks.pick_sort.env_cfg.PickSortEnvCfg), e.g. env.cameras=[head_left]
@@ -39,6 +50,7 @@ Progress: the bar shows admitted / wanted, attempted, the admission rate, reject
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -50,11 +62,18 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.annotate import AnnotationError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
+from r2s2r.datagen.config import BEHAVIOURS  # noqa: E402
+from r2s2r.isaaclab_tasks.launcher import add_launcher_options, launch, launcher_device  # noqa: E402
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", required=True, help="task ID with a behaviour generator (see scripts/list_tasks.py)")
+    p.add_argument("--task", required=True, help="task ID with a behaviour generator, or an Isaac Lab task ID of a "
+                   "world (see scripts/list_tasks.py)")
+    p.add_argument("--generator", choices=BEHAVIOURS, default=None,
+                   help="the behaviour generator, for an Isaac Lab task ID (required there): mimic (grounded "
+                   "behaviour; its demos: generator.source=...) or planner (ungrounded). A MuJoCo task ID binds its "
+                   "own")
     p.add_argument("--num-trajectories", type=int, default=1500, help="admitted trajectories to write")
     p.add_argument("--output", required=True, help="dataset path (.hdf5); written only when complete")
     p.add_argument("--seed", type=int, default=0, help="run seed: every attempt's seed and condition derive from it")
@@ -69,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="append one JSON line per finished chunk: chunk, admitted, attempted, rejected (by "
                    "reason), seconds, worker, node, elapsed, and the run's totals with its ETA")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, see above")
+    add_launcher_options(p, argv)
     args = p.parse_args(argv)
     if args.num_trajectories < 1:
         p.error(f"--num-trajectories = {args.num_trajectories}: expected at least 1")
@@ -80,11 +100,35 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from r2s2r.core import parse_dotted
-    from r2s2r.datagen import generate, make_generate_cfg
+    from r2s2r.datagen import make_generate_cfg
+
+    try:
+        cfg = make_generate_cfg(args.task, args.num_trajectories, args.seed, parse_dotted(args.overrides),
+                                args.generator, launcher_device(args))
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    with simulation(cfg, args):
+        return run(cfg, args)
+
+
+def simulation(cfg, args: argparse.Namespace):
+    """Isaac Lab's launcher around an Isaac Lab task's run (kit-less for this task's config: Newton physics, Newton
+    Warp cameras); nothing for a MuJoCo task."""
+    if not cfg.isaaclab:
+        return contextlib.nullcontext()
+    from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
+
+    env = cfg.env
+    return launch(cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device), args)
+
+
+def run(cfg, args: argparse.Namespace) -> int:
+    """Generate; errors are reported here, inside the launcher, which would print a traceback for any it sees."""
+    from r2s2r.datagen import generate
     from r2s2r.datagen.runner import ClusterError
 
     try:
-        cfg = make_generate_cfg(args.task, args.num_trajectories, args.seed, parse_dotted(args.overrides))
         if hasattr(cfg.generator, "source"):  # workers (other processes, other nodes) must not depend on the cwd
             cfg = dataclasses.replace(cfg, generator=dataclasses.replace(
                 cfg.generator, source=str(Path(cfg.generator.source).absolute())))

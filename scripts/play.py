@@ -2,7 +2,9 @@
 
 Examples:
   python scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --video outputs/play.mp4
-  isaaclab.sh -p scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --episodes 3 --condition lighting
+  isaaclab -p scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --episodes 3 --condition lighting
+  isaaclab -p scripts/play.py --task Isaac-R2S2R-PickSort-Grounded-v0 --controller generator --generator planner \
+      --cameras head_left,right_wrist --size 96
   python scripts/play.py --task R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0 --controller generator \
       --source outputs/real/real.hdf5 --condition belt_speed
   python scripts/play.py --task R2S2R-PickSort-Real-v0 --checkpoint outputs/train/wg_bg/policy.pt --episodes 5
@@ -11,6 +13,12 @@ Controllers: `scripted` (the privileged scripted controller) or `generator` (the
 generate.py runs it: transformed real demos from --source, or the grasp generator + planner). --checkpoint plays a
 trained policy instead (scripts/train.py): it sees only the cameras it was trained on, at its image size, and the
 proprioception; the environment renders exactly those, and the video shows them enlarged to --size.
+
+An Isaac Lab task ID of the cell (Isaac-R2S2R-PickSort-{Grounded,Ungrounded,Twin}-v0) plays the same controllers
+on the Isaac Lab environment (Newton physics, MuJoCo Warp solver; its cameras are Isaac Lab camera sensors) under
+Isaac Lab's launcher (launch_simulation; its options below, e.g. --device): Kit starts only for --renderer
+isaac_rtx. Its physics is its config's, so Isaac Lab's own --physics is not taken; a MuJoCo task's backend is
+--mujoco-physics.
 
 Each video frame tiles the chosen cameras side by side (after the lens model). The episode outcome (success or
 the named failure) is printed per episode. The video is written to a temporary name and renamed when complete.
@@ -32,12 +40,21 @@ from tqdm import tqdm  # noqa: E402
 from r2s2r import cli  # noqa: E402
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
+from r2s2r.isaaclab_tasks.launcher import add_launcher_options, launch, launcher_device  # noqa: E402
+
+PHYSICS_REFUSED = ("not taken: it is Isaac Lab's option, whose launcher would put a default physics config in place "
+                   "of an Isaac Lab task's own (Newton with the MuJoCo Warp solver and the cell's options); a MuJoCo "
+                   "task's backend is --mujoco-physics")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--task", default="R2S2R-PickSort-v0", help="task ID (see scripts/list_tasks.py)")
+    p.add_argument("--task", default="R2S2R-PickSort-v0", help="task ID, or an Isaac Lab task ID of the cell (see "
+                   "scripts/list_tasks.py)")
     p.add_argument("--controller", default="scripted", choices=["scripted", "generator"], help="who acts")
+    p.add_argument("--generator", default=None, choices=["mimic", "planner"],
+                   help="the behaviour generator of --controller generator (default: the task's; an Isaac Lab task "
+                   "ID names a world only and needs one)")
     p.add_argument("--checkpoint", default=None, help="play this trained policy (policy.pt) instead of --controller")
     p.add_argument("--source", default=None, help="real demos for a grounded-behaviour generator (default: its "
                    "config's, outputs/real/real.hdf5)")
@@ -52,11 +69,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cameras", default="head_left,head_right,right_wrist,left_wrist",
                    help="comma-separated camera names")
     p.add_argument("--size", type=cli.image_size, default=192, help="image height and width in pixels")
-    p.add_argument("--physics", default="mujoco", help="physics backend: mujoco (CPU) or mujoco_warp")
-    p.add_argument("--renderer", default="mujoco_gl", help="render backend: mujoco_gl or mujoco_warp")
+    p.add_argument("--mujoco-physics", default="mujoco",
+                   help="physics backend of a MuJoCo task: mujoco (MuJoCo C, CPU) or mujoco_warp")
+    p.add_argument("--renderer", default=None, help="render backend: mujoco_gl (default) or mujoco_warp for a MuJoCo "
+                   "task; newton_warp (default, kit-less) or isaac_rtx (needs Kit) for an Isaac Lab task")
     p.add_argument("--fps", type=cli.int_in(1, 240), default=20,
                    help="video frame rate (the control rate plays in real time)")
-    return p.parse_args(argv)
+    p.add_argument("--physics", dest="refused_physics", default=None, help=argparse.SUPPRESS)
+    isaaclab = add_launcher_options(p, argv)
+    args = p.parse_args(argv)
+    if args.refused_physics is not None:
+        p.error(f"--physics {args.refused_physics}: {PHYSICS_REFUSED}")
+    args.isaaclab = isaaclab
+    return args
 
 
 def make_controller(args: argparse.Namespace, env, agent=None):
@@ -70,9 +95,10 @@ def make_controller(args: argparse.Namespace, env, agent=None):
         return PolicyController(agent)
     if args.controller == "scripted":
         return make_generator("scripted")
-    name = tasks.TASKS[args.task].generator
+    name = args.generator or (tasks.TASKS[args.task].generator if args.task in tasks.TASKS else None)
     if name is None:
-        raise ConfigError(f"--controller generator: task {args.task!r} has no behaviour generator")
+        raise ConfigError(f"--controller generator: task {args.task!r} has no behaviour generator; expected "
+                          "--generator mimic or planner")
     cfg = generator_cfg(name)
     if args.source is not None:
         cfg = dataclasses.replace(cfg, source=args.source)
@@ -88,11 +114,8 @@ def tile(images: dict, cameras: tuple[str, ...], size: int) -> np.ndarray:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    import imageio.v2 as imageio
-
     import r2s2r.tasks as tasks
 
-    video = Path(args.video)
     agent = None
     view = {"cameras": tuple(args.cameras.split(",")), "image_size": (args.size, args.size)}
     try:
@@ -101,7 +124,28 @@ def main(argv=None) -> int:
 
             agent = load_agent(args.checkpoint, seed=args.seed)
             view = agent.env_overrides
-        env = tasks.make(args.task, condition=args.condition, physics=args.physics, renderer=args.renderer, **view)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if not args.isaaclab:
+        return run(args, agent, lambda: tasks.make(args.task, condition=args.condition, physics=args.mujoco_physics,
+                                                   renderer=args.renderer or "mujoco_gl", **view))
+    from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg, make_cell_task
+
+    cfg = cell_env_cfg(args.task, view["cameras"], view["image_size"], renderer=args.renderer or "newton_warp",
+                       device=launcher_device(args))
+    with launch(cfg, args):
+        return run(args, agent, lambda: make_cell_task(cfg, args.condition))
+
+
+def run(args: argparse.Namespace, agent, make_env) -> int:
+    """Play into the video; errors are reported here (inside Isaac Lab's launcher, which would print a traceback for
+    any it sees)."""
+    import imageio.v2 as imageio
+
+    video = Path(args.video)
+    try:
+        env = make_env()
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -866,9 +866,9 @@ def upgrade_dataset(source: str | os.PathLike, output: str | os.PathLike | None 
 
 
 def _known_tasks() -> tuple[str, ...]:
-    from r2s2r.tasks import TASKS
+    from r2s2r.tasks import ISAACLAB_GENERATION_WORLDS, TASKS
 
-    return tuple(TASKS)
+    return (*TASKS, *ISAACLAB_GENERATION_WORLDS)
 
 
 def _h5_reason(e: BaseException) -> str:

@@ -2,6 +2,11 @@
 
 `GenerateCfg` has three groups that command-line overrides address as `env.<field>`, `generator.<field>` and
 `datagen.<field>` (e.g. `env.image_size=[64,64] generator.nn_k=5 datagen.chunk_size=4`).
+
+A task is a MuJoCo task ID that binds a world and a generator (`R2S2R-PickSort-World*-Behavior*-v0`), or an Isaac
+Lab task ID of a world (`r2s2r.tasks.ISAACLAB_GENERATION_WORLDS`), which runs on Newton's physics with the generator
+named with it. The Isaac Lab environment takes only `env.cameras`, `env.image_size` and `env.depth`; its physics and
+rates are its registered config's, and `device` is its simulation device.
 """
 
 from __future__ import annotations
@@ -14,10 +19,18 @@ from typing import Any
 
 from r2s2r.behavior import generator_cfg
 from r2s2r.core import ConfigError, apply_overrides
+from r2s2r.isaaclab_tasks import RESIDUAL_TASK
+from r2s2r.isaaclab_tasks import TASKS as ISAACLAB_TASKS
+from r2s2r.tasks import ISAACLAB_GENERATION_WORLDS as GENERATION_WORLDS
 from r2s2r.tasks import TASKS
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
 
 ALL_CAMERAS = ("head_left", "head_right", "right_wrist", "left_wrist")
+# The study's two behaviour sources, which an Isaac Lab task ID (a world only) is paired with: grounded behaviour
+# (real demos transformed MimicGen-style) and ungrounded behaviour (grasp generator + planner).
+BEHAVIOURS = ("mimic", "planner")
+# The env fields the Isaac Lab environment takes (its image observations); the rest are its registered config's.
+ISAACLAB_ENV_FIELDS = ("cameras", "image_size", "depth")
 
 
 def _default_conditions() -> dict[str, float]:
@@ -67,11 +80,20 @@ class GenerateCfg:
     env: PickSortEnvCfg
     generator: Any  # the generator's config dataclass
     datagen: DatagenCfg
+    device: str | None = None  # an Isaac Lab task's simulation device (None: its config's, the CPU)
+
+    @property
+    def isaaclab(self) -> bool:
+        """Whether the task runs in Isaac Lab (Newton physics) rather than on MuJoCo."""
+        return self.task in GENERATION_WORLDS
 
     def describe(self) -> dict:
         """Everything that determines the dataset, as JSON-ready data (stored with it; resumes must match)."""
-        return {"task": self.task, "generator_name": self.generator_name, "env": _jsonable(self.env),
+        desc = {"task": self.task, "generator_name": self.generator_name, "env": _jsonable(self.env),
                 "generator": _jsonable(self.generator), "datagen": _jsonable(self.datagen)}
+        if self.device is not None:  # only then, so the runs (and shards) of earlier versions still resume
+            desc["device"] = self.device
+        return desc
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.describe(), sort_keys=True).encode()).hexdigest()[:16]
@@ -88,31 +110,55 @@ def _jsonable(obj: Any) -> Any:
 
 
 def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int | None = None,
-                      overrides: dict | None = None) -> GenerateCfg:
-    """The run config for `task`: defaults (four cameras at 128x128), then `overrides` ({env|generator|datagen: ...})."""
-    if task not in TASKS:
-        raise ConfigError(f"task = {task!r}: unknown task ID; expected one of {', '.join(TASKS)}")
-    spec = TASKS[task]
-    if spec.generator is None:
-        with_generator = [t for t, s in TASKS.items() if s.generator]
-        raise ConfigError(f"task = {task!r} has no behaviour generator; data is generated in {', '.join(with_generator)}")
+                      overrides: dict | None = None, generator: str | None = None,
+                      device: str | None = None) -> GenerateCfg:
+    """The run config for `task`: defaults (four cameras at 128x128), then `overrides` ({env|generator|datagen: ...}).
+    `generator`: the behaviour generator, which an Isaac Lab task ID needs (a MuJoCo task ID binds its own);
+    `device`: an Isaac Lab task's simulation device (None: its config's)."""
+    with_generator = [t for t, s in TASKS.items() if s.generator] + list(GENERATION_WORLDS)
     overrides = dict(overrides or {})
     unknown = set(overrides) - {"env", "generator", "datagen"}
     if unknown:
         raise ConfigError(f"override group(s) {sorted(unknown)}: expected env.*, generator.* or datagen.*")
-    env = PickSortEnvCfg(cameras=ALL_CAMERAS, image_size=(128, 128), **spec.kwargs)
-    env = apply_overrides(env, overrides.get("env", {}), "env")
-    if "world" in overrides.get("env", {}) and overrides["env"]["world"] != spec.kwargs.get("world"):
-        raise ConfigError(f"env.world = {overrides['env']['world']!r}: the task binds world "
-                          f"{spec.kwargs.get('world')!r}; choose the task ID of the world you want")
-    generator = apply_overrides(generator_cfg(spec.generator), overrides.get("generator", {}), "generator")
+    env_overrides = overrides.get("env", {})
+    if task in GENERATION_WORLDS:
+        if generator not in BEHAVIOURS:
+            raise ConfigError(f"generator = {generator!r}: Isaac Lab task {task!r} names a world only; expected "
+                              "'mimic' (grounded behaviour: real demos transformed) or 'planner' (ungrounded "
+                              "behaviour: grasp generator + planner)")
+        refused = sorted(set(env_overrides) - set(ISAACLAB_ENV_FIELDS))
+        if refused:
+            taken = ", ".join("env." + f for f in ISAACLAB_ENV_FIELDS)
+            raise ConfigError(f"env.{refused[0]}: the Isaac Lab environment takes only {taken}; the rest is its "
+                              "registered config's")
+        name, world = generator, GENERATION_WORLDS[task]
+    elif task in TASKS and TASKS[task].generator is not None:
+        spec = TASKS[task]
+        if generator not in (None, spec.generator):
+            raise ConfigError(f"generator = {generator!r}: task {task!r} binds generator {spec.generator!r}; "
+                              "choose the task ID of the behaviour you want")
+        if device is not None:
+            raise ConfigError(f"device = {device!r}: task {task!r} runs on MuJoCo (env.physics); a simulation "
+                              "device is for the Isaac Lab task IDs")
+        name, world = spec.generator, spec.kwargs.get("world")
+        if "world" in env_overrides and env_overrides["world"] != world:
+            raise ConfigError(f"env.world = {env_overrides['world']!r}: the task binds world {world!r}; choose the "
+                              "task ID of the world you want")
+    elif task in TASKS or task in ISAACLAB_TASKS or task == RESIDUAL_TASK:
+        raise ConfigError(f"task = {task!r} has no behaviour generator; data is generated in "
+                          f"{', '.join(with_generator)}")
+    else:
+        raise ConfigError(f"task = {task!r}: unknown task ID; expected one of {', '.join(with_generator)}")
+    env = PickSortEnvCfg(cameras=ALL_CAMERAS, image_size=(128, 128), world=world)
+    env = apply_overrides(env, env_overrides, "env")
+    generator_config = apply_overrides(generator_cfg(name), overrides.get("generator", {}), "generator")
     datagen = DatagenCfg()
     if num_trajectories is not None:
         datagen = dataclasses.replace(datagen, num_trajectories=num_trajectories)
     if seed is not None:
         datagen = dataclasses.replace(datagen, seed=seed)
     datagen = apply_overrides(datagen, overrides.get("datagen", {}), "datagen").validate()
-    if hasattr(generator, "validate"):
-        generator.validate()
+    if hasattr(generator_config, "validate"):
+        generator_config.validate()
     env.validate()
-    return GenerateCfg(task, spec.generator, env, generator, datagen)
+    return GenerateCfg(task, name, env, generator_config, datagen, device)

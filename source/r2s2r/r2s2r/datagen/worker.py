@@ -5,7 +5,8 @@ generator's random stream all derive from (seed, index). It runs first on a came
 only if the object ends in its assigned bin are the same actions replayed from the same reset on the recording
 environment, which renders the cameras and records observations, states and actions. The replay must succeed
 again (physics is deterministic and rendering does not touch it); if it does not, the attempt is rejected as
-`replay_mismatch`, so every admitted trajectory is known to replay.
+`replay_mismatch`, so every admitted trajectory is known to replay. An Isaac Lab task (`GenerateCfg.isaaclab`) runs
+both on one Isaac Lab environment behind the task's interface (`r2s2r.isaaclab_tasks.pick_sort.task.CellTask`).
 
 Work comes in chunks of consecutive attempts, each written to its own shard with `DemoWriter` (crash-safe and
 resumable at attempt granularity); a finished shard is published under its final name and never redone. A process
@@ -72,8 +73,17 @@ class Worker:
 
     def __init__(self, cfg: GenerateCfg, generator: Any = None):
         self.cfg = cfg
-        self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
-        self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env
+        if cfg.isaaclab:
+            # Isaac Lab holds one simulation per process, so the attempt and its recording share the environment
+            # (with the cameras on in both).
+            from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg, make_cell_task
+
+            env = cfg.env
+            self.physics_env = self.record_env = make_cell_task(
+                cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device))
+        else:
+            self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
+            self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env
         self.generator = generator if generator is not None else make_generator(cfg.generator_name, cfg.generator)
         world = self.physics_env.world
         self.world_attrs = {"world_file": world.path.name if world else "",

@@ -10,6 +10,13 @@ from r2s2r.core import ConfigError
 
 PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
 REAL_TASK = "R2S2R-PickSort-Real-v0"  # the reality twin: the real side, whose datasets count as real data
+# The cell's Isaac Lab task IDs that data is generated in (scripts/generate.py --generator mimic|planner), by world;
+# `r2s2r.isaaclab_tasks` registers them for Isaac Lab, and a dataset generated there names one as its task. The
+# twin's Isaac Lab task is the real side, so, like REAL_TASK, no data is generated in it.
+ISAACLAB_GENERATION_WORLDS = {
+    "Isaac-R2S2R-PickSort-Grounded-v0": "grounded",
+    "Isaac-R2S2R-PickSort-Ungrounded-v0": "ungrounded",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,11 @@ for _task_id, _spec in TASKS.items():
 
 def make(task_id: str, **kwargs) -> gym.Env:
     """`gym.make` with a clear error for unknown IDs; returns the unwrapped environment."""
+    if task_id in ISAACLAB_GENERATION_WORLDS:  # e.g. the task of a dataset generated in Isaac Lab
+        world = ISAACLAB_GENERATION_WORLDS[task_id]
+        same = [t for t, spec in TASKS.items() if spec.kwargs.get("world") == world]
+        raise ConfigError(f"task = {task_id!r}: an Isaac Lab task ID (Newton physics); this runs the MuJoCo task IDs, "
+                          f"e.g. those of the same world: {', '.join(same)}")
     if task_id not in TASKS:
         raise ConfigError(f"task = {task_id!r}: unknown task ID; expected one of {', '.join(TASKS)}")
     return gym.make(task_id, **kwargs).unwrapped

@@ -181,6 +181,7 @@ class PickSortCellEnv(DirectRLEnv):
         self._pending = torch.zeros(self.num_envs, 27, device=self.device)
         self._substep = 0
         self._next_seed: int | None = None
+        self._options: dict | None = None
         self.success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
         self.outcome: list[str | None] = [None] * self.num_envs
 
@@ -205,9 +206,11 @@ class PickSortCellEnv(DirectRLEnv):
     # -- episodes ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None):
         """With `seed`, environment i's episode is the reference's `reset(seed=seed + i)`; later episodes (after
-        automatic resets) take the following seeds in the order they start."""
+        automatic resets) take the following seeds in the order they start. `options` (the reference's, e.g.
+        `{"condition": "belt_speed"}`) go to the references' resets, this one's and the automatic ones after it."""
         if seed is not None:
             self._next_seed = seed
+        self._options = options
         return super().reset(seed=seed, options=options)
 
     def _reset_idx(self, env_ids: Sequence[int] | torch.Tensor | None):
@@ -219,7 +222,7 @@ class PickSortCellEnv(DirectRLEnv):
             seed = None
             if self._next_seed is not None:
                 seed, self._next_seed = self._next_seed, self._next_seed + 1
-            self.references[i].reset(seed=seed)
+            self.references[i].reset(seed=seed, options=self._options)
             self.outcome[i] = None
             self._tracking[i] = {k: [] for k in TRACKING}
         self._write_reference_state(ids)

@@ -9,6 +9,8 @@ once, one Isaac Lab environment per seed, and compares how each ended. The numbe
 
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world ungrounded --seed 1
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world grounded --seed 0 --episodes 20
+
+(or `isaaclab -p -m ...`); Isaac Lab's launcher options apply (`add_launcher_args`; it starts no Kit for this task).
 """
 
 from __future__ import annotations
@@ -98,26 +100,30 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1, help="the episode's seed (with --episodes, the first seed)")
     parser.add_argument("--episodes", type=int, default=1,
                         help="with more than 1: success agreement over that many consecutive seeds, played at once")
+    from isaaclab.app import add_launcher_args
+
+    add_launcher_args(parser)
     args = parser.parse_args()
     if args.episodes < 1:
         parser.error(f"--episodes = {args.episodes}: expected at least 1")
-    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
-    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
-
+    from r2s2r.isaaclab_tasks.launcher import launch, launcher_device
     from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+    from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
 
-    env = PickSortCellEnv(parse_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0",
-                                        num_envs=args.episodes))
-    try:
-        if args.episodes > 1:
-            rows = success_agreement(env, args.world, args.seed)
-            print(json.dumps({"world": args.world, "agree": sum(r["agree"] for r in rows), "episodes": len(rows),
-                              "rows": rows}, indent=1))
-            return
-        actions, _ = scripted_joint_actions(args.world, args.seed)
-        result = replay(env, args.world, args.seed, actions)
-    finally:
-        env.close()
+    cfg = cell_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0", device=launcher_device(args))
+    cfg.scene.num_envs = args.episodes
+    with launch(cfg, args):
+        env = PickSortCellEnv(cfg)
+        try:
+            if args.episodes > 1:
+                rows = success_agreement(env, args.world, args.seed)
+                print(json.dumps({"world": args.world, "agree": sum(r["agree"] for r in rows),
+                                  "episodes": len(rows), "rows": rows}, indent=1))
+                return
+            actions, _ = scripted_joint_actions(args.world, args.seed)
+            result = replay(env, args.world, args.seed, actions)
+        finally:
+            env.close()
     summary = {k: {"max": float(v.max()), "mean": float(v.mean())} for k, v in result["diffs"].items()}
     print(json.dumps({"world": args.world, "seed": args.seed, "steps": len(actions), "differences": summary,
                       "mujoco_c": result["mujoco_c"], "isaaclab": result["isaaclab"]}, indent=1))
