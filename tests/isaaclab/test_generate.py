@@ -60,9 +60,10 @@ def test_run_config_refuses_naming_the_field(task, generator, overrides, device,
 
 
 @pytest.fixture
-def task(isaaclab_env):
+def task(isaaclab_env, monkeypatch):
     from r2s2r.isaaclab_tasks.pick_sort.task import CellTask
 
+    monkeypatch.setattr(isaaclab_env.cfg, "action_mode", "ee_pose")  # the session's environment, in this test only
     return CellTask(isaaclab_env)
 
 

@@ -140,3 +140,49 @@ def test_graph_replay_on_the_cpu_equals_eager_stepping(isaaclab_env, monkeypatch
         eager = run()
     assert np.abs(replayed[-1] - replayed[0]).max() > 0.01  # the arm moved between the compared observations
     np.testing.assert_array_equal(replayed, eager)
+
+
+def test_ee_pose_actions_move_the_arm_as_the_reference_ee_pose_mode_does(isaaclab_env, monkeypatch):
+    """`action_mode="ee_pose"`: the same grasp-site targets, each turned into joint targets by IK from the previous
+    ones, move the arm as `R2S2R-PickSort-v0` in its ee_pose mode moves it; the Mimic methods speak poses."""
+    from r2s2r.geometry import quat_to_mat
+
+    monkeypatch.setattr(isaaclab_env.cfg, "action_mode", "ee_pose")
+    ref = PickSortEnv(world="ungrounded", cameras=(), action_mode="ee_pose")
+    ref_obs, _ = ref.reset(seed=SEED)
+    obs, _ = isaaclab_env.reset(seed=SEED)
+    start = ref_obs["proprio"]["ee_pose"]
+    hand = obs["policy"][0, 14:34].numpy().astype(float)
+    worst = 0.0
+    for k in range(8):
+        pose = start.copy()
+        pose[:3] += np.array([0.06, -0.04, 0.05]) * min(1.0, (k + 1) / 4)  # 8.8 cm over 4 periods, then hold
+        action = np.concatenate([pose, hand])
+        ref_obs, *_ = ref.step(action)
+        obs, *_ = isaaclab_env.step(torch.tensor(action, dtype=torch.float32)[None])
+        worst = max(worst, float(np.abs(obs["policy"][0, :7].numpy() - ref_obs["proprio"]["arm_q"]).max()))
+    reached = obs["policy"][0, 34:37].numpy()
+    assert np.linalg.norm(reached - pose[:3]) < 0.01 and np.linalg.norm(reached - start[:3]) > 0.07
+    print(f"ee_pose parity: max |q_newton - q_mujoco_c| = {worst:.2e} rad")
+    assert worst < ARM_PARITY_TOL
+
+    target = torch.tensor(np.vstack([np.column_stack([quat_to_mat(pose[3:7]), pose[:3]]), [0, 0, 0, 1]]),
+                          dtype=torch.float32)
+    packed = isaaclab_env.target_eef_pose_to_action({"right": target}, {"right": hand})
+    np.testing.assert_allclose(packed[:3].numpy(), pose[:3], atol=1e-6)
+    np.testing.assert_allclose(abs(float(packed[3:7].numpy() @ pose[3:7])), 1.0, atol=1e-6)  # q or -q
+    back = isaaclab_env.action_to_target_eef_pose(packed[None])["right"][0]
+    np.testing.assert_allclose(back.numpy(), target.numpy(), atol=1e-5)
+
+
+def test_an_unknown_action_mode_is_refused_before_anything_is_built():
+    import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
+    from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
+
+    from r2s2r.core import ConfigError
+    from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+
+    cfg = parse_env_cfg("Isaac-R2S2R-PickSort-Ungrounded-v0")
+    cfg.action_mode = "velocity"
+    with pytest.raises(ConfigError, match="action_mode = 'velocity': expected 'joint' or 'ee_pose'"):
+        PickSortCellEnv(cfg)

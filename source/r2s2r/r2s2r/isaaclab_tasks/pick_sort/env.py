@@ -6,9 +6,12 @@ world that samples its episodes from their seeds (object, colour, spawn, belt sp
 written into its MjData, computes the proprio observations and the success and failure rules. So both
 environments give the same episode for the same seed and judge it by the same code.
 
-Actions (27, absolute): 7 right-arm and 20 right-hand joint targets, the reference's `action_mode="joint"`. They
-reach the drives `latency_steps` physics steps into the control period, as the reference's drive model has it;
-the belt runs at the episode's set-point times the world's speed scale, with its jitter.
+Actions (27, absolute), as the reference's `action_mode` (`cfg.action_mode`): "joint", 7 right-arm and 20
+right-hand joint targets; or "ee_pose", the grasp-site position and quaternion (w,x,y,z) and the 20 hand targets,
+whose pose each environment's reference turns into arm targets with its IK from the previous targets
+(`PickSortEnv.arm_targets`, as its own control step does). They reach the drives `latency_steps` physics steps
+into the control period, as the reference's drive model has it; the belt runs at the episode's set-point times the
+world's speed scale, with its jitter. The Mimic methods speak the configured mode.
 
 Observations: `policy` is the reference's proprio group flattened in its order: arm_q (7), arm_dq (7), hand_q (20),
 ee_pose (7: grasp-site position, quaternion w,x,y,z), belt_setpoint (1). With `cfg.cameras`, `images` holds each
@@ -38,7 +41,7 @@ import mujoco
 import numpy as np
 import torch
 from isaaclab.envs import DirectRLEnv
-from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axis, unmake_pose
+from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axis, quat_from_matrix, unmake_pose
 from newton import ShapeFlags
 
 from r2s2r.cell import usd
@@ -141,7 +144,9 @@ class PickSortCellEnv(DirectRLEnv):
     cfg: PickSortCellEnvCfg
 
     def __init__(self, cfg: PickSortCellEnvCfg, render_mode: str | None = None, **kwargs):
-        renderer = cfg.renderer_cfg()  # an unknown renderer fails before anything is built
+        renderer = cfg.renderer_cfg()  # an unknown renderer or action mode fails before anything is built
+        if cfg.action_mode not in ("joint", "ee_pose"):
+            raise ConfigError(f"action_mode = {cfg.action_mode!r}: expected 'joint' or 'ee_pose'")
         self.references = [PickSortEnv(world=cfg.world, cameras=(), action_mode="joint")
                            for _ in range(cfg.scene.num_envs)]
         self.lenses = self._add_cameras(cfg, renderer)
@@ -179,6 +184,7 @@ class PickSortCellEnv(DirectRLEnv):
                                                                     device=self.device)))
         self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(self.num_envs)]
         self._pending = torch.zeros(self.num_envs, 27, device=self.device)
+        self._arm_targets = np.zeros((self.num_envs, 7))  # what the arm drives were last sent: each IK's seed
         self._substep = 0
         self._next_seed: int | None = None
         self._options: dict | None = None
@@ -222,7 +228,9 @@ class PickSortCellEnv(DirectRLEnv):
             seed = None
             if self._next_seed is not None:
                 seed, self._next_seed = self._next_seed, self._next_seed + 1
-            self.references[i].reset(seed=seed, options=self._options)
+            ref = self.references[i]
+            ref.reset(seed=seed, options=self._options)
+            self._arm_targets[i] = ref.physics.host_data(0).ctrl[ref.index.arm_act]
             self.outcome[i] = None
             self._tracking[i] = {k: [] for k in TRACKING}
         self._write_reference_state(ids)
@@ -232,7 +240,9 @@ class PickSortCellEnv(DirectRLEnv):
     def set_state(self, state: np.ndarray, env_id: int = 0) -> None:
         """Put environment `env_id` at a reference simulator state (`PickSortEnv.state()`: qpos | qvel, e.g. a
         recorded demo's `states[t]`) within its current episode; the subtask signals start over from there."""
-        self.references[env_id].set_state(state)
+        ref = self.references[env_id]
+        ref.set_state(state)
+        self._arm_targets[env_id] = state[ref.index.arm_qadr]  # the next ee_pose action's IK starts at the posture
         self._write_reference_state([env_id])
         self.sim.forward()  # body poses of the new state, as reset() has them
         self._tracking[env_id] = {k: [] for k in TRACKING}
@@ -281,10 +291,18 @@ class PickSortCellEnv(DirectRLEnv):
     # -- control -----------------------------------------------------------------------------------------------
     def _pre_physics_step(self, actions: torch.Tensor) -> None:
         if actions.shape != (self.num_envs, 27):
-            raise ValueError(f"actions have shape {tuple(actions.shape)}: expected ({self.num_envs}, 27) = 7 arm + "
-                             "20 hand joint targets per environment")
+            raise ValueError(f"actions have shape {tuple(actions.shape)}: expected ({self.num_envs}, 27) = 7 arm "
+                             f"values ({self.cfg.action_mode}) + 20 hand joint targets per environment")
         if not torch.isfinite(actions).all():
             raise ValueError("actions contain NaN or inf")
+        if self.cfg.action_mode == "ee_pose":
+            poses = actions[:, :7].cpu().numpy().astype(float)
+            for i, ref in enumerate(self.references):
+                self._arm_targets[i] = ref.arm_targets(poses[i], self._arm_targets[i])
+            actions = torch.cat([torch.tensor(self._arm_targets, dtype=torch.float32, device=self.device),
+                                 actions[:, 7:]], dim=1)
+        else:
+            self._arm_targets[:] = actions[:, :7].cpu().numpy()
         self._pending = actions.clone()
         self._substep = 0
         self._record_tracking(actions)
@@ -369,26 +387,33 @@ class PickSortCellEnv(DirectRLEnv):
 
     def target_eef_pose_to_action(self, target_eef_pose_dict: dict, gripper_action_dict: dict,
                                   action_noise_dict: dict | None = None, env_id: int = 0) -> torch.Tensor:
-        """The 27-dim joint action reaching a 4x4 grasp-site target: arm joints by the reference's `ArmIK` (seeded
-        at the measured arm posture), then the 20 hand targets. `action_noise_dict[eef]` perturbs the target
-        before IK: a Gaussian of that many metres on the position and radians on a rotation."""
+        """The 27-dim action reaching a 4x4 grasp-site target, then the 20 hand targets. "joint": arm joints by the
+        reference's `ArmIK` (seeded at the measured arm posture); "ee_pose": the pose itself (position, quaternion
+        w,x,y,z). `action_noise_dict[eef]` perturbs the target first: a Gaussian of that many metres on the
+        position and radians on a rotation."""
         pos, rot = unmake_pose(target_eef_pose_dict[EEF].to(self.device, torch.float32))
         if action_noise_dict is not None and action_noise_dict.get(EEF):
             sigma = float(action_noise_dict[EEF])
             pos = pos + sigma * torch.randn_like(pos)
             turn = sigma * torch.randn(3, device=self.device)
             rot = matrix_from_quat(quat_from_angle_axis(turn.norm(), turn / turn.norm().clamp_min(1e-12))) @ rot
+        hand = torch.as_tensor(gripper_action_dict[EEF], dtype=torch.float32, device=self.device).reshape(20)
+        if self.cfg.action_mode == "ee_pose":
+            return torch.cat([pos, quat_from_matrix(rot)[XYZW_TO_WXYZ], hand])
         ik = self.references[env_id].ik
         arm_ids = self._action_ids[:7]
         seed = self.right.data.joint_pos.torch[env_id, arm_ids].cpu().numpy().astype(float)
         q, _ = ik.solve(seed, pos.cpu().numpy().astype(float), rot.cpu().numpy().astype(float),
                         iterations=MIMIC_IK_ITERATIONS, min_step=1e-7)
-        hand = torch.as_tensor(gripper_action_dict[EEF], dtype=torch.float32, device=self.device).reshape(20)
         return torch.cat([torch.tensor(q, dtype=torch.float32, device=self.device), hand])
 
     def action_to_target_eef_pose(self, action: torch.Tensor) -> dict[str, torch.Tensor]:
-        """The grasp-site poses (N, 4, 4) that joint actions (N, 27) command: forward kinematics of their arm
-        targets on the reference model."""
+        """The grasp-site poses (N, 4, 4) that actions (N, 27) command: "joint", forward kinematics of their arm
+        targets on the reference model; "ee_pose", the poses they hold."""
+        if self.cfg.action_mode == "ee_pose":
+            a = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(-1, 27)
+            quat = a[:, 3:7] / a[:, 3:7].norm(dim=1, keepdim=True).clamp_min(1e-9)
+            return {EEF: make_pose(a[:, :3], matrix_from_quat(quat[:, WXYZ_TO_XYZW]))}
         ik = self.references[0].ik
         poses = []
         for q in torch.as_tensor(action).reshape(-1, 27)[:, :7].cpu().numpy().astype(float):

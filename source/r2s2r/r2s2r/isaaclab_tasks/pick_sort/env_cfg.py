@@ -164,7 +164,11 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
     configuration (Isaac Lab Mimic's data generator requires its environment's cfg to be a `MimicEnvCfg`)."""
 
     world: str = "ungrounded"
-    action_space: int = 27  # 7 right-arm + 20 right-hand joint targets (the reference's action_mode="joint")
+    action_space: int = 27  # 7 arm values + 20 right-hand joint targets, as `action_mode` reads them
+    # As the reference's: "joint" (7 right-arm joint targets; Isaac Lab Mimic's and rsl-rl's actions) or "ee_pose"
+    # (grasp-site position and quaternion w,x,y,z, turned into joint targets by the reference's IK; the project's
+    # datasets and policies).
+    action_mode: str = "joint"
     observation_space: int = PROPRIO_DIM
     state_space: int = 0
     decimation: int = 25

@@ -110,7 +110,8 @@ def main() -> None:
     from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
     from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
 
-    cfg = cell_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0", device=launcher_device(args))
+    cfg = cell_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0", device=launcher_device(args),
+                       action_mode="joint")
     cfg.scene.num_envs = args.episodes
     with launch(cfg, args):
         env = PickSortCellEnv(cfg)

@@ -4,9 +4,8 @@ generators and its datagen worker run on Newton's physics unchanged.
 `CellTask` wraps a `PickSortCellEnv` of one environment. Its `reset(seed=, options=)` and `step(action)` return
 gymnasium's tuples with `PickSortEnv`'s observation dict (`proprio`, `privileged`, `images`) and info (`success`,
 `failure`, `object`, `colour`, `belt_speed`, `condition`, `time`); `state()` is the MuJoCo state (qpos | qvel).
-Actions are `PickSortEnv`'s `ee_pose` actions (grasp-site position, quaternion w,x,y,z, 20 hand targets). The
-reference's IK turns the pose into arm joint targets, seeded at the previous targets, as a control step of
-`action_mode="ee_pose"` does (`PickSortEnv.arm_targets`). Everything that describes the cell and the episode
+Actions are `PickSortEnv`'s `ee_pose` actions (grasp-site position, quaternion w,x,y,z, 20 hand targets), which
+the environment takes in its own `action_mode="ee_pose"`. Everything that describes the cell and the episode
 (`model`, `cell`, `index`, `obj`, `bins`, `world`, `max_steps`, ...) is the reference environment's: it sampled the
 episode, and after every step it holds Newton's state (see `PickSortCellEnv`).
 
@@ -25,13 +24,16 @@ from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg
 
 
 def cell_env_cfg(task: str, cameras: tuple[str, ...] = (), image_size: tuple[int, int] = (128, 128),
-                 depth: bool = False, renderer: str = "newton_warp", device: str | None = None) -> PickSortCellEnvCfg:
-    """The registered config of Isaac Lab task `task` for one environment with these image observations (see
-    `PickSortCellEnvCfg`). `device`: the simulation device; None keeps the config's (the CPU)."""
+                 depth: bool = False, renderer: str = "newton_warp", device: str | None = None,
+                 action_mode: str = "ee_pose") -> PickSortCellEnvCfg:
+    """The registered config of Isaac Lab task `task` for one environment with these image observations and action
+    mode (see `PickSortCellEnvCfg`; "ee_pose", as `CellTask` drives it). `device`: the simulation device; None keeps
+    the config's (the CPU)."""
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
     cfg = parse_env_cfg(task, device=device, num_envs=1)
     cfg.cameras, cfg.image_size, cfg.depth, cfg.renderer = tuple(cameras), tuple(image_size), depth, renderer
+    cfg.action_mode = action_mode
     return cfg
 
 
@@ -42,13 +44,15 @@ class CellTask:
         if env.num_envs != 1:
             raise ConfigError(f"scene.num_envs = {env.num_envs}: expected 1 (the task interface drives one "
                               "environment)")
+        if env.cfg.action_mode != "ee_pose":
+            raise ConfigError(f"action_mode = {env.cfg.action_mode!r}: expected 'ee_pose' (the task interface's "
+                              "actions)")
         self.env = env
         self.reference = env.references[0]
         self.cfg = self.reference.cfg.replace(cameras=tuple(env.cfg.cameras), image_size=tuple(env.cfg.image_size),
                                               depth=env.cfg.depth, action_mode="ee_pose", condition=condition)
         self.cfg.validate()
         self.steps = 0
-        self._arm = np.zeros(7)
 
     def __getattr__(self, name: str):
         # Only reached for what this class does not define: the cell's and the episode's description.
@@ -57,8 +61,6 @@ class CellTask:
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         # As PickSortEnv: without options, the episode is drawn under the config's condition.
         obs, _ = self.env.reset(seed=seed, options=options or {"condition": self.cfg.condition})
-        ref = self.reference
-        self._arm = ref.physics.host_data(0).ctrl[ref.index.arm_act].copy()  # the drives' targets: the first IK seed
         self.steps = 0
         return self._observation(obs), self._info()
 
@@ -68,10 +70,9 @@ class CellTask:
             raise ValueError(f"action has shape {action.shape}: expected (27,) = grasp-site pose (7) + 20 hand targets")
         if not np.isfinite(action).all():
             raise ValueError("action contains NaN or inf")
-        self._arm = self.reference.arm_targets(action[:7], self._arm)
-        joint = torch.tensor(np.concatenate([self._arm, action[7:]]), dtype=torch.float32, device=self.env.device)
         info = self._info()  # taken before the step: one that ends the episode resets the reference
-        obs, _, terminated, truncated, extras = self.env.step(joint[None])
+        obs, _, terminated, truncated, extras = self.env.step(
+            torch.tensor(action, dtype=torch.float32, device=self.env.device)[None])
         self.steps += 1
         outcome = extras["outcome"][0]
         success = outcome == "success"
