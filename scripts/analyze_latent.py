@@ -278,14 +278,16 @@ def main(argv=None) -> int:
             raise ConfigError(f"--checkpoint {str(args.checkpoint)!r}: no such file; expected a trained policy "
                               f"(policy.pt from scripts/train.py)")
         out = check_output_dir(args.output or default_output(args.checkpoint), "--output")
-        from r2s2r.policy.agent import PolicyAgent
-        from r2s2r.policy.checkpoint import build_policy, load_checkpoint, train_cfg_of
+        from r2s2r.policy.agent import load_agent
+        from r2s2r.policy.checkpoint import load_checkpoint, train_cfg_of
         from r2s2r.policy.data import load_dataset
         from r2s2r.policy.latent import attribute, build_pool, embed, project, stack_observations
 
         payload = load_checkpoint(args.checkpoint)
-        policy = build_policy(payload, ema=True, path=args.checkpoint)
-        cfg = train_cfg_of(payload).policy
+        # The deployed agent (a flow transformer's EMA weights, or the object-centric policy); its policy's encoder
+        # embeds the data, and the agent acts in the rollout.
+        agent = load_agent(args.checkpoint, seed=args.seed)
+        policy, cfg = agent.policy, train_cfg_of(payload).policy
         if args.dataset:
             entries = [parse_dataset(d) for d in args.dataset]
         else:
@@ -297,7 +299,8 @@ def main(argv=None) -> int:
         datasets = []
         for entry in entries:
             d = load_dataset(entry, cfg)
-            if d.proprio.shape[1] != payload["proprio_dim"]:
+            # The flow transformer's encoder reads the proprio; the object-centric latent is the image's alone.
+            if payload.get("kind") != "object_centric" and d.proprio.shape[1] != payload["proprio_dim"]:
                 raise DatasetError(f"{d.path}: proprio observations have width {d.proprio.shape[1]}; the policy "
                                    f"was trained on width {payload['proprio_dim']} ({list(cfg.proprio)})")
             datasets.append(d)
@@ -305,13 +308,12 @@ def main(argv=None) -> int:
         if args.k > size:
             raise ConfigError(f"--k = {args.k}: the datasets give only {size} data points; expected k <= {size}")
         pool = build_pool(policy, datasets, args.max_samples, args.sample_seed,
-                          "own" if args.data_domain == "own" else "real", args.batch_size, progress=True)
-        # The agent acts with the same EMA weights that embedded the data.
-        agent = PolicyAgent(policy, name=str(args.checkpoint), seed=args.seed)
+                          "own" if args.data_domain == "own" else "real", args.batch_size, progress=True, cfg=cfg)
         seen, planned, info, ended = rollout(agent, args)
         images, proprio = stack_observations(seen, cfg)
         # The rollout is embedded as the deployed agent sees itself: on the real side.
-        queries = embed(policy, images, proprio, None, args.batch_size, progress=True, desc="embed rollout")
+        queries = embed(policy, images, proprio, None, args.batch_size, progress=True, desc="embed rollout",
+                        cfg=cfg)
         attribution = attribute(queries, pool, args.k)
         projections = [project(m, pool.latents, queries, seed=args.sample_seed) for m in methods]
     except (ConfigError, DatasetError) as e:

@@ -165,3 +165,36 @@ def test_outputs_default_to_the_run_folders_name():
     assert module.dataset_labels(["a/x.hdf5", "b/x.hdf5", "c/y.hdf5"], ["real", "sim", "sim"]) == \
         ["a/x.hdf5", "b/x.hdf5", "y.hdf5"]
     assert module.dataset_labels(["a/x.hdf5", "a/x.hdf5"], ["real", "sim"]) == ["a/x.hdf5:real", "a/x.hdf5:sim"]
+
+
+def test_object_centric_policy_latent_is_its_estimators_keypoint_latent(policy_datasets, tmp_path):
+    """An object-centric checkpoint: the latent is the estimator's keypoint latent of the policy's camera (each
+    keypoint's position and the features under it), and analyze_latent.py runs on it end to end."""
+    from r2s2r.policy.agent import load_agent
+    from r2s2r.policy.config import compose_train_cfg
+    from r2s2r.policy.object_centric import to_unit
+    from r2s2r.policy.train_object_centric import ObjectCentricTrainer
+
+    datasets = f"[{{path: {policy_datasets['real']}, weight: 0.5}}, {{path: {policy_datasets['sim']}, weight: 0.5}}]"
+    cfg = compose_train_cfg([f"run_dir={tmp_path / 'oc'}", "steps=4", "threads=1", "policy.kind=object_centric",
+                             f"policy.cameras=[{CAMERA}]", "policy.image_size=[32,32]", "policy.chunk=8",
+                             "policy.execute=4", "object_centric.estimator_steps=4", "object_centric.hidden=32",
+                             "object_centric.keypoints=4", f"data.datasets={datasets}"])
+    trainer = ObjectCentricTrainer(cfg)
+    checkpoint = trainer.run(progress=False).checkpoint
+    policy, real = load_agent(checkpoint).policy, trainer.datasets[0]
+    rows = np.arange(0, len(real), 7)
+    latents = embed_dataset(policy, real, rows, cfg=cfg.policy)
+    with torch.no_grad():
+        direct = policy.estimator.latent(to_unit(real.images[CAMERA][rows]))[0].numpy()
+    assert latents.shape == (len(rows), 4 * (2 + 32))  # 4 keypoints: (x, y) and 32 features each
+    np.testing.assert_allclose(latents, direct, rtol=1e-5, atol=1e-6)
+    assert np.ptp(latents, axis=0).max() > 0  # the frames differ, and so do their latents
+
+    out = tmp_path / "latent"
+    result = run_script("analyze_latent.py", "--checkpoint", str(checkpoint), "--max-samples", "60", "--method",
+                        "pca", "--max-steps", "4", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((out / "attribution.json").read_text())
+    assert data["pool"] == {"size": 120, "real": 60, "sim": 60, "real_share": 0.5}
+    assert data["rollout"]["steps"] == 4 and len(data["per_step"]) == 4

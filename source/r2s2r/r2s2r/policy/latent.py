@@ -1,6 +1,9 @@
 """Latent-space analysis of a trained policy: where real and simulated observations land in its encoder's space.
 
-The encoder's latent of an observation is `policy.latent(policy.encode(...))` (mean over the observation tokens).
+The encoder's latent of an observation is, for the flow transformer, `policy.latent(policy.encode(...))` (mean over
+the observation tokens); for the object-centric policy, its estimator's keypoint latent of the camera image (each
+keypoint's image position and the features under it, `ObjectEstimator.latent`): the perception that real and
+simulated images share, before the object state it regresses.
 Observations from datasets are embedded in batches into a pool; a rollout's observations are embedded the same
 way. The pool is projected to 2-D (PCA, t-SNE) for plots, and each rollout state is attributed to the data by its
 k nearest pool latents (Euclidean): the fraction of those that are real. The pool's real share is the chance level
@@ -22,23 +25,27 @@ from r2s2r.core import ConfigError
 from r2s2r.policy.config import DOMAINS, PolicyCfg
 from r2s2r.policy.data import LoadedDataset
 from r2s2r.policy.model import FlowMatchingPolicy
+from r2s2r.policy.object_centric import ObjectCentricPolicy, to_unit
 
 METHODS = ("pca", "tsne")
+Policy = FlowMatchingPolicy | ObjectCentricPolicy
 
 
 @torch.no_grad()
-def embed(policy: FlowMatchingPolicy, images: Mapping[str, np.ndarray], proprio: np.ndarray,
-          domain: str | None = None, batch_size: int = 256, progress: bool = False, desc: str = "embed") -> np.ndarray:
-    """Latents (N, dim) float32 of N observations: uint8 images {camera: (N, H, W, 3)} and proprio (N, P).
+def embed(policy: Policy, images: Mapping[str, np.ndarray], proprio: np.ndarray, domain: str | None = None,
+          batch_size: int = 256, progress: bool = False, desc: str = "embed", cfg: PolicyCfg | None = None
+          ) -> np.ndarray:
+    """Latents (N, D) float32 of N observations: uint8 images {camera: (N, H, W, 3)} and proprio (N, P).
 
     `domain` is the label the encoder is told ("real", "sim"; None: real, as the deployed agent does); it only
-    matters for a policy with a domain embedding.
+    matters for a policy with a domain embedding. `cfg`: the policy's observation config (cameras, image size);
+    the flow transformer carries its own, the object-centric policy's comes from its checkpoint.
     """
     if batch_size < 1:
         raise ConfigError(f"batch_size = {batch_size}: expected >= 1")
     if domain is not None and domain not in DOMAINS:
         raise ConfigError(f"domain = {domain!r}: expected one of {DOMAINS} or None")
-    cfg = policy.cfg
+    cfg = cfg or policy.cfg
     n = len(proprio)
     for cam in cfg.cameras:
         if cam not in images:
@@ -50,16 +57,20 @@ def embed(policy: FlowMatchingPolicy, images: Mapping[str, np.ndarray], proprio:
                               f"({n}, {cfg.image_size[0]}, {cfg.image_size[1]}, 3) uint8, the policy's image size")
     policy.eval()
     device = next(policy.parameters()).device
-    out = np.empty((n, cfg.dim), dtype=np.float32)
-    starts = range(0, n, batch_size)
-    for start in tqdm(starts, desc=desc, unit="batch", disable=not progress):
+    object_centric = isinstance(policy, ObjectCentricPolicy)
+    out = np.empty((n, policy.estimator.mlp[0].in_features if object_centric else cfg.dim), dtype=np.float32)
+    for start in tqdm(range(0, n, batch_size), desc=desc, unit="batch", disable=not progress):
         stop = min(n, start + batch_size)
         batch_images = {c: torch.from_numpy(np.ascontiguousarray(images[c][start:stop])).to(device)
                         for c in cfg.cameras}
-        batch_proprio = torch.from_numpy(np.asarray(proprio[start:stop], dtype=np.float32)).to(device)
-        labels = None if domain is None else torch.full((stop - start,), DOMAINS.index(domain), dtype=torch.long,
-                                                        device=device)
-        out[start:stop] = policy.latent(policy.encode(batch_images, batch_proprio, labels)).float().cpu().numpy()
+        if object_centric:  # the estimator looks through cameras[0], as the deployed agent does
+            latent = policy.estimator.latent(to_unit(batch_images[cfg.cameras[0]]))[0]
+        else:
+            batch_proprio = torch.from_numpy(np.asarray(proprio[start:stop], dtype=np.float32)).to(device)
+            labels = None if domain is None else torch.full((stop - start,), DOMAINS.index(domain),
+                                                            dtype=torch.long, device=device)
+            latent = policy.latent(policy.encode(batch_images, batch_proprio, labels))
+        out[start:stop] = latent.float().cpu().numpy()
     return out
 
 
@@ -72,14 +83,15 @@ def subsample(n: int, max_samples: int | None, rng: np.random.Generator) -> np.n
     return np.sort(rng.choice(n, size=max_samples, replace=False))
 
 
-def embed_dataset(policy: FlowMatchingPolicy, dataset: LoadedDataset, rows: np.ndarray | None = None,
-                  domain: str | None = "own", batch_size: int = 256, progress: bool = False) -> np.ndarray:
+def embed_dataset(policy: Policy, dataset: LoadedDataset, rows: np.ndarray | None = None,
+                  domain: str | None = "own", batch_size: int = 256, progress: bool = False,
+                  cfg: PolicyCfg | None = None) -> np.ndarray:
     """Latents of `dataset`'s steps `rows` (default all). `domain="own"` tells the encoder the dataset's domain, as
-    in training; None or a domain name overrides it."""
+    in training; None or a domain name overrides it. `cfg` as for `embed`."""
     rows = np.arange(len(dataset)) if rows is None else np.asarray(rows)
     label = dataset.domain if domain == "own" else domain
     return embed(policy, {c: v[rows] for c, v in dataset.images.items()}, dataset.proprio[rows], label,
-                 batch_size, progress, desc=f"embed {dataset.path}")
+                 batch_size, progress, desc=f"embed {dataset.path}", cfg=cfg)
 
 
 @dataclass
@@ -111,17 +123,18 @@ class LatentPool:
         return float(np.mean(self.domain == "real")) if len(self) else float("nan")
 
 
-def build_pool(policy: FlowMatchingPolicy, datasets: Sequence[LoadedDataset], max_samples: int | None,
+def build_pool(policy: Policy, datasets: Sequence[LoadedDataset], max_samples: int | None,
                seed: int = 0, domain: str | None = "own", batch_size: int = 256,
-               progress: bool = False) -> LatentPool:
-    """Embed up to `max_samples` steps of each dataset (drawn with `seed`, independently per dataset)."""
+               progress: bool = False, cfg: PolicyCfg | None = None) -> LatentPool:
+    """Embed up to `max_samples` steps of each dataset (drawn with `seed`, independently per dataset); `cfg` as
+    for `embed`."""
     if not datasets:
         raise ConfigError("datasets: empty; expected at least one dataset to embed")
     latents, source, domains, rows = [], [], [], []
     for i, d in enumerate(datasets):
         # Each dataset's draw has its own stream, so adding a dataset does not change the others' samples.
         picked = subsample(len(d), max_samples, np.random.default_rng([seed, i]))
-        latents.append(embed_dataset(policy, d, picked, domain, batch_size, progress))
+        latents.append(embed_dataset(policy, d, picked, domain, batch_size, progress, cfg))
         source.append(np.full(len(picked), i))
         domains.append(np.full(len(picked), d.domain))
         rows.append(picked)
