@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 import pytest
+from cell_states import settled_in_bin
 from conftest import ROOT
 
 from r2s2r.core import ConfigError, parse_dotted
@@ -28,7 +29,6 @@ TASK = "Isaac-R2S2R-PickSort-Ungrounded-v0"
 MUJOCO_TASK = "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0"  # the same world and generator on MuJoCo C
 RUN_SEED = 10  # its attempt 0 is admitted on both physics (133 steps on Newton, 131 on MuJoCo C)
 STEPS = 45  # control steps compared: the planner holds the arm for 35, then moves the hand 0.2 m toward the object
-SETTLE = 4  # control periods for an object dropped into a bin to come to rest (MuJoCo C)
 
 
 def test_run_config_of_an_isaaclab_task():
@@ -103,23 +103,6 @@ def test_generator_actions_drive_the_isaaclab_env_as_they_drive_mujoco(task):
     assert np.array_equal(state[task.index.arm_qadr], obs["proprio"]["arm_q"])
 
 
-def _settled_in_bin(seed: int, own: bool) -> np.ndarray:
-    """The state of seed's episode (MuJoCo C) with its object dropped into its own bin or another, at rest."""
-    ref = PickSortEnv(world="ungrounded", cameras=(), action_mode="joint")
-    ref.reset(seed=seed)
-    proprio = ref.observe()["proprio"]
-    hold = np.concatenate([proprio["arm_q"], proprio["hand_q"]])
-    colour = ref.colour if own else next(c for c in ref.bins if c != ref.colour)
-    m, state = ref.model, ref.state()
-    adr = m.jnt_qposadr[m.body_jntadr[ref.obj_body]]
-    state[adr:adr + 7] = [*np.add(ref.bins[colour].center, [0.0, 0.0, ref.obj.half_height + 0.01]), 1, 0, 0, 0]
-    state[m.nq:] = 0.0
-    ref.set_state(state)
-    for _ in range(SETTLE):
-        ref.step(hold)
-    return ref.state()
-
-
 def _episode(seed: int) -> tuple[str, str]:
     ref = PickSortEnv(world="ungrounded", cameras=())
     _, info = ref.reset(seed=seed)
@@ -132,7 +115,7 @@ def test_admission_is_the_tasks_outcome_for_the_ended_episode(task, isaaclab_env
     info names the episode that ended, although Isaac Lab has already reset to the next (seed + 1)."""
     seed = next(s for s in range(50) if _episode(s) != _episode(s + 1))
     obs, _ = task.reset(seed=seed)
-    isaaclab_env.set_state(_settled_in_bin(seed, own))
+    isaaclab_env.set_state(settled_in_bin(seed, own)[0])
     proprio = task.reference.observe()["proprio"]
     hold = np.concatenate([proprio["ee_pose"], proprio["hand_q"]])  # the grasp site where it is
     _, reward, terminated, truncated, info = task.step(hold)

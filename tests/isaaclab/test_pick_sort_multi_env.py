@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from cell_states import settled_in_bin
+
 from r2s2r.geometry import quat_to_mat
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
@@ -29,7 +31,6 @@ SCALE = (1.0, -0.5, 0.5)  # environment i commands SCALE[i] * STEP: each its own
 PERIODS = 8
 CAMERAS = ("head_left", "right_wrist")  # fixed in the cell, and on the moving palm
 SIZE = (48, 64)  # (height, width)
-SETTLE = 4  # control periods for an object dropped into a bin to come to rest (MuJoCo C)
 OUTCOMES = (None, "success", "wrong_bin")  # environment 0 carries on; 1 and 2 hold an object at rest in a bin
 
 
@@ -49,23 +50,6 @@ def _actions(hold: np.ndarray, k: int) -> np.ndarray:
     action = hold.copy()
     action[:, :7] += np.outer(SCALE, STEP) * min(1.0, (k + 1) / 4)
     return action
-
-
-def _settled_in_bin(seed: int, own: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(state, holding action) of seed's episode with its object at rest in its own bin or in another: dropped
-    there and left to settle on MuJoCo C."""
-    ref = _reference(seed)
-    proprio = ref.observe()["proprio"]
-    hold = np.concatenate([proprio["arm_q"], proprio["hand_q"]])
-    colour = ref.colour if own else next(c for c in ref.bins if c != ref.colour)
-    m, state = ref.model, ref.state()
-    adr = m.jnt_qposadr[m.body_jntadr[ref.obj_body]]
-    state[adr:adr + 7] = [*np.add(ref.bins[colour].center, [0.0, 0.0, ref.obj.half_height + 0.01]), 1, 0, 0, 0]
-    state[m.nq:] = 0.0
-    ref.set_state(state)
-    for _ in range(SETTLE):
-        ref.step(hold)
-    return ref.state(), hold
 
 
 def record(path: Path) -> None:
@@ -126,7 +110,7 @@ def record(path: Path) -> None:
     # The outcome rules on each environment's own state: objects at rest in a bin, its own (1) or another (2).
     action = _actions(hold, PERIODS)
     for i, own in ((1, True), (2, False)):
-        state, action[i] = _settled_in_bin(SEED + i, own)
+        state, action[i] = settled_in_bin(SEED + i, own, WORLD)
         env.set_state(state, env_id=i)
     _, _, terminated, _, extras = env.step(torch.tensor(action, dtype=torch.float32))
     out["final/outcomes"] = np.array(extras["outcome"], dtype=object).astype(str)
