@@ -117,10 +117,9 @@ def simulation(cfg, args: argparse.Namespace):
     Warp cameras); nothing for a MuJoCo task."""
     if not cfg.isaaclab:
         return contextlib.nullcontext()
-    from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
+    from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg
 
-    env = cfg.env
-    return launch(cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device), args)
+    return launch(generation_env_cfg(cfg), args)
 
 
 def run(cfg, args: argparse.Namespace) -> int:

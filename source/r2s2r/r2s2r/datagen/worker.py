@@ -76,11 +76,9 @@ class Worker:
         if cfg.isaaclab:
             # Isaac Lab holds one simulation per process, so the attempt and its recording share the environment
             # (with the cameras on in both).
-            from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg, make_cell_task
+            from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg, make_cell_task
 
-            env = cfg.env
-            self.physics_env = self.record_env = make_cell_task(
-                cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device))
+            self.physics_env = self.record_env = make_cell_task(generation_env_cfg(cfg))
         else:
             self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
             self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env

@@ -184,7 +184,8 @@ class PickSortCellEnv(DirectRLEnv):
                                                                     device=self.device)))
         self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(self.num_envs)]
         self._pending = torch.zeros(self.num_envs, 27, device=self.device)
-        self._arm_targets = np.zeros((self.num_envs, 7))  # what the arm drives were last sent: each IK's seed
+        # ee_pose mode: the arm targets last sent, each IK's seed (set at reset and set_state, then per step)
+        self._arm_targets = np.zeros((self.num_envs, 7))
         self._substep = 0
         self._next_seed: int | None = None
         self._options: dict | None = None
@@ -301,8 +302,6 @@ class PickSortCellEnv(DirectRLEnv):
                 self._arm_targets[i] = ref.arm_targets(poses[i], self._arm_targets[i])
             actions = torch.cat([torch.tensor(self._arm_targets, dtype=torch.float32, device=self.device),
                                  actions[:, 7:]], dim=1)
-        else:
-            self._arm_targets[:] = actions[:, :7].cpu().numpy()
         self._pending = actions.clone()
         self._substep = 0
         self._record_tracking(actions)

@@ -37,6 +37,13 @@ def cell_env_cfg(task: str, cameras: tuple[str, ...] = (), image_size: tuple[int
     return cfg
 
 
+def generation_env_cfg(cfg) -> PickSortCellEnvCfg:
+    """The environment config of a generation run on an Isaac Lab task (`r2s2r.datagen.GenerateCfg`): its task, its
+    image observations (`env.cameras`, `env.image_size`, `env.depth`) and its device."""
+    env = cfg.env
+    return cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device)
+
+
 class CellTask:
     """`PickSortEnv`'s interface on one `PickSortCellEnv` (see the module docstring)."""
 
