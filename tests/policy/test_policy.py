@@ -74,6 +74,21 @@ def test_images_are_resized_to_the_policys_size(tmp_path, policy_datasets):
     assert np.abs(data.images["right_wrist"][0] - block).max() <= 1.0
 
 
+def test_a_dataset_entry_can_take_the_first_demos_of_its_file(tmp_path, policy_datasets):
+    cfg = cfg_for(tmp_path, policy_datasets)
+    whole = load_dataset(cfg.data.datasets[0], cfg.policy)
+    first = load_dataset(DatasetCfg(path=str(policy_datasets["real"]), demos=1), cfg.policy)
+    assert (first.num_demos, whole.num_demos > 1) == (1, True)
+    rows = int(first.demo_end[-1]) + 1  # the first demo's steps, in order, and nothing after them
+    assert len(first) == rows < len(whole)
+    np.testing.assert_array_equal(first.actions, whole.actions[:rows])
+    with pytest.raises(DatasetError, match=rf"demos = 99 .*holds only {whole.num_demos} demos"):
+        load_dataset(DatasetCfg(path=str(policy_datasets["real"]), demos=99), cfg.policy)
+    with pytest.raises(ConfigError, match=r"data.datasets\[0\].demos"):
+        cfg_for(tmp_path, policy_datasets,
+                extra=[f"data.datasets=[{{path: {policy_datasets['real']}, weight: 1.0, demos: -1}}]"])
+
+
 def test_the_twin_shows_a_deployed_policy_what_it_was_trained_on(tmp_path, policy_datasets):
     """Reset at a recorded demo's seed, the twin's first observation is the demo's first training sample, image and
     proprio alike: what the policy trains on and what it sees when played agree (camera, size, keys, order)."""

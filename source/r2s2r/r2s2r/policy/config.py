@@ -110,6 +110,9 @@ class DatasetCfg:
     weight: float = 1.0  # share of each batch, relative to the other datasets' weights; in [0, 1]
     # "real" or "sim"; "" infers it from the file's task ID (the twin's datasets are real, the rest sim).
     domain: str = ""
+    # Train on the file's first `demos` demos (in demo order) instead of all of them, e.g. to measure success
+    # against the number of demos from one recording; 0 takes every demo.
+    demos: int = 0
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ class TrainCfg:
             if d.domain not in ("", *DOMAINS):
                 raise ConfigError(f"data.datasets[{i}].domain = {d.domain!r} ({d.path}): expected 'real', 'sim' "
                                   f"or '' (from the file)")
+            check_number(f"data.datasets[{i}].demos", d.demos, 0, MAX_STEPS, integer=True)
         if sum(d.weight for d in self.data.datasets) <= 0:
             raise ConfigError("data.datasets: every weight is 0; expected at least one dataset to sample from")
         check_number("data.random_shift", self.data.random_shift, 0, 64, integer=True, unit="pixels")
@@ -264,7 +268,7 @@ def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
     values = dict(values)
     datasets = values.get("data", {}).get("datasets", []) if isinstance(values.get("data"), dict) else []
     if not isinstance(datasets, list | tuple):
-        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain}}")
+        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain, demos}}")
     entries = tuple(apply_overrides(DatasetCfg(), entry, f"data.datasets[{i}]") for i, entry in enumerate(datasets))
     if isinstance(values.get("data"), dict):
         values["data"] = {k: v for k, v in values["data"].items() if k != "datasets"}

@@ -77,10 +77,14 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         domain = entry.domain or ("real" if reader.env_name == REAL_TASK else "sim")
         if domain not in DOMAINS:
             raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
+        if entry.demos > len(reader.names):
+            raise DatasetError(f"data.datasets: demos = {entry.demos} ({path}): the file holds only "
+                               f"{len(reader.names)} demos")
+        names = reader.names[: entry.demos] if entry.demos else reader.names
         images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
         proprio, actions, starts, ends, labels = [], [], [], [], []
         offset = 0
-        for name in reader.names:
+        for name in names:
             demo = reader.load(name)
             act = np.asarray(demo["actions"])
             obs = demo.get("obs", {})
@@ -100,7 +104,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         path=str(path), domain=domain, weight=float(entry.weight),
         images={c: np.concatenate(v) for c, v in images.items()},
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
-        demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(reader.names),
+        demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(names),
         labels=np.concatenate(labels) if labels else None)
 
 
