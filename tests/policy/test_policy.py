@@ -12,6 +12,7 @@ from conftest import run_script, tiny_train_overrides
 
 from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError, DemoReader, DemoWriter
+from r2s2r.evaluation.policies import evaluate_checkpoint, training_trials
 from r2s2r.evaluation.protocol import condition_counts
 from r2s2r.policy.agent import PolicyAgent, load_agent
 from r2s2r.policy.checkpoint import CheckpointError
@@ -287,3 +288,17 @@ def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets):
     assert {"pearson", "spearman", "mmrv"} <= set(ranking["R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"])
     bad = run_script("evaluate.py", "--checkpoint", str(tmp_path / "missing.pt"), "--output", str(out))
     assert bad.returncode == 2 and "missing.pt': no such file" in bad.stderr
+
+    # On its own training episodes: nominal trials at the seeds the real demos were recorded with.
+    with DemoReader(policy_datasets["real"]) as reader:
+        seeds = [reader.attrs(n)["seed"] for n in reader.names]
+    own = training_trials(policy_datasets["real"], 2)
+    assert [(t.condition, t.seed) for t in own] == [("nominal", s) for s in seeds[:2]]
+    rows = evaluate_checkpoint(tmp_path / "a" / "policy.pt", "R2S2R-PickSort-Real-v0", 2, tmp_path / "own.jsonl",
+                               max_steps=2, progress=False, trials=own)
+    assert [r["seed"] for r in rows] == seeds[:2]
+    with pytest.raises(DatasetError, match=r"demo demo_0: seed = \d+, condition = '\w+': expected an integer seed "
+                                           r"of a nominal episode"):
+        training_trials(policy_datasets["sim"], 1)
+    with pytest.raises(DatasetError, match=r"holds 2 demos; expected at least 3"):
+        training_trials(policy_datasets["real"], 3)

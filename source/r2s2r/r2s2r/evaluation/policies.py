@@ -6,10 +6,13 @@ so an interrupted evaluation resumes where it stopped and other tools can aggreg
 
 from __future__ import annotations
 
+import numbers
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
-from r2s2r.evaluation.protocol import make_protocol, run_trials, summarize
+from r2s2r.data import DatasetError, DemoReader
+from r2s2r.evaluation.protocol import Trial, make_protocol, run_trials, summarize
 from r2s2r.evaluation.report import ranking_report, write_report
 from r2s2r.policy.agent import load_agent
 from r2s2r.real.twin import make_cell
@@ -21,14 +24,34 @@ def trials_path(out_dir: str | os.PathLike, task: str, policy: str) -> Path:
 
 
 def evaluate_checkpoint(checkpoint: str | os.PathLike, task: str, num_trials: int, results: str | os.PathLike,
-                        max_steps: int | None = None, progress: bool = True) -> list[dict]:
-    """Run the protocol's `num_trials` trials of `checkpoint` in `task`; rows appended to `results`."""
+                        max_steps: int | None = None, progress: bool = True,
+                        trials: Sequence[Trial] | None = None) -> list[dict]:
+    """Run the protocol's `num_trials` trials of `checkpoint` in `task` (or the given `trials`); rows appended to
+    `results`."""
     agent = load_agent(checkpoint)
     cell = make_cell(task, **agent.env_overrides)
     try:
-        return run_trials(cell, agent, make_protocol(num_trials), results, progress=progress, max_steps=max_steps)
+        return run_trials(cell, agent, make_protocol(num_trials) if trials is None else trials, results,
+                          progress=progress, max_steps=max_steps)
     finally:
         cell.close()
+
+
+def training_trials(dataset: str | os.PathLike, num_trials: int) -> list[Trial]:
+    """Nominal trials at the reset seeds of the first `num_trials` demos of a recorded `dataset`: replaying a policy
+    on the episodes it was trained on separates "cannot reproduce its own demos" from "does not generalize"."""
+    with DemoReader(dataset) as reader:
+        if len(reader.names) < num_trials:
+            raise DatasetError(f"{dataset}: holds {len(reader.names)} demos; expected at least {num_trials} "
+                               f"(--trials) to take their seeds")
+        trials = []
+        for index, name in enumerate(reader.names[:num_trials]):
+            seed, condition = reader.attrs(name).get("seed"), reader.attrs(name).get("condition")
+            if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or condition != "nominal":
+                raise DatasetError(f"{dataset}: demo {name}: seed = {seed!r}, condition = {condition!r}: expected "
+                                   f"an integer seed of a nominal episode (a demo recorded by collect_real.py)")
+            trials.append(Trial(index, "nominal", int(seed)))
+    return trials
 
 
 def report_task(out_dir: str | os.PathLike, task: str, rows: dict[str, list[dict]]) -> dict[str, dict]:
