@@ -19,6 +19,11 @@ from r2s2r.data.annotate import annotate
 TRACKING_KEYS = ("object_pos", "object_quat", "object_vel", "belt_speed", "target_bin_pos", "object_half_extents")
 
 
+def _views(images: Mapping) -> dict:
+    """The colour views of a step (depth maps are not recorded)."""
+    return {c: np.array(v) for c, v in images.items() if not c.endswith("_depth")}
+
+
 class EpisodeRecorder:
     """Collects (observation, action, state) per step and stacks them into a demo dict for `DemoWriter.append`."""
 
@@ -34,10 +39,18 @@ class EpisodeRecorder:
         step = {"action": np.array(action, dtype=np.float64),
                 "proprio": {k: np.array(v) for k, v in proprio.items()},
                 "tracking": {k: np.array(tracking[k]) for k in TRACKING_KEYS},
-                "images": {k: np.array(v) for k, v in images.items() if not k.endswith("_depth")}}
+                "images": _views(images)}
         if state is not None:
             step["state"] = np.array(state, dtype=np.float64)
         self.steps.append(step)
+
+    def state(self, k: int) -> np.ndarray:
+        """The simulator state recorded with step `k`."""
+        return self.steps[k]["state"]
+
+    def set_images(self, k: int, images: Mapping) -> None:
+        """Step `k`'s camera views, when they are rendered after the step was recorded (from its state)."""
+        self.steps[k]["images"] = _views(images)
 
     def demo(self, where: str = "demo") -> dict:
         """The stacked demo; raises `AnnotationError` if its subtasks cannot be found (not a successful pick)."""

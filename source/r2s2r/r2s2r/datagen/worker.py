@@ -1,12 +1,15 @@
 """One worker's share of a generation run: attempts executed under contact physics, admitted ones recorded.
 
 An attempt is fully determined by the run seed and its index: the episode seed, its condition and the
-generator's random stream all derive from (seed, index). It runs first on a camera-less environment (fast);
-only if the object ends in its assigned bin are the same actions replayed from the same reset on the recording
-environment, which renders the cameras and records observations, states and actions. The replay must succeed
-again (physics is deterministic and rendering does not touch it); if it does not, the attempt is rejected as
-`replay_mismatch`, so every admitted trajectory is known to replay. An Isaac Lab task (`GenerateCfg.isaaclab`) runs
-both on one Isaac Lab environment behind the task's interface (`r2s2r.isaaclab_tasks.pick_sort.task.CellTask`).
+generator's random stream all derive from (seed, index). It runs on a camera-less environment, which records
+every step's observation, action and simulator state but renders nothing; only if the object ends in its assigned
+bin are the camera views rendered, from the recorded states, on the recording environment (reset with the same
+seed, so lighting, colours and sensor noise are the episode's). Physics runs once per attempt and images are made
+only for admitted ones. The views are of each stored state (positions integrated by the step), where an image
+rendered inside the step would show the pose one physics substep earlier (MuJoCo's kinematics lag its
+integration by a substep): a 2 ms difference, measured in tests/datagen/test_generate.py. An Isaac Lab task
+(`GenerateCfg.isaaclab`) renders its cameras during the attempt and records them as they come, on one Isaac Lab
+environment behind the task's interface (`r2s2r.isaaclab_tasks.pick_sort.task.CellTask`).
 
 Work comes in chunks of consecutive attempts, each written to its own shard with `DemoWriter` (crash-safe and
 resumable at attempt granularity); a finished shard is published under its final name and never redone. A process
@@ -60,10 +63,10 @@ class Attempt:
     seed: int
     condition: str
     admitted: bool
-    reason: str  # "admitted" or why not (a task failure name, a generator's reason, replay_mismatch, ...)
+    reason: str  # "admitted" or why not (a task failure name, a generator's reason, "annotation")
     demo: dict | None = None
     attrs: dict | None = None
-    steps: int = 0  # control steps the attempt's physics ran (its replay for recording not counted)
+    steps: int = 0  # control steps the attempt's physics ran
 
 
 class Worker:
@@ -102,37 +105,36 @@ class Worker:
             plan_attrs = self.generator.reset(env, obs, np.random.default_rng([cfg.datagen.seed, index, 2]))
         except GenerationError as e:
             return Attempt(index, seed, condition, False, e.reason)
-        actions = []
+        recorder = EpisodeRecorder()
         while True:
             action = np.asarray(self.generator(obs), dtype=float)
-            actions.append(action)
-            obs, _, terminated, truncated, info = env.step(action)
-            if terminated or truncated:
-                break
-        if not info["success"]:
-            return Attempt(index, seed, condition, False, info["failure"] or "failed", steps=len(actions))
-        demo, replayed = self._record(seed, condition, actions)
-        if not replayed["success"] or demo is None:
-            return Attempt(index, seed, condition, False, "replay_mismatch" if demo is not None else "annotation",
-                           steps=len(actions))
-        attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
-                 "condition": condition, "object": info["object"], "colour": info["colour"],
-                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs, **plan_attrs}
-        return Attempt(index, seed, condition, True, "admitted", demo, attrs, len(actions))
-
-    def _record(self, seed: int, condition: str, actions: list[np.ndarray]) -> tuple[dict | None, dict]:
-        env = self.record_env
-        obs, info = env.reset(seed=seed, options={"condition": condition})
-        recorder = EpisodeRecorder()
-        for action in actions:
             recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
             obs, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
                 break
+        if not info["success"]:
+            return Attempt(index, seed, condition, False, info["failure"] or "failed", steps=len(recorder))
+        if self.record_env is not self.physics_env:
+            self._render(recorder, seed, condition)
         try:
-            return recorder.demo(f"attempt seed {seed}"), info
+            demo = recorder.demo(f"attempt seed {seed}")
         except AnnotationError:
-            return None, info
+            return Attempt(index, seed, condition, False, "annotation", steps=len(recorder))
+        attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
+                 "condition": condition, "object": info["object"], "colour": info["colour"],
+                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs, **plan_attrs}
+        return Attempt(index, seed, condition, True, "admitted", demo, attrs, len(recorder))
+
+    def _render(self, recorder: EpisodeRecorder, seed: int, condition: str) -> None:
+        """The camera views of every recorded step, rendered from its stored state. The reset renders the first
+        and sets the episode's lighting, colours and sensor-noise stream; the later views draw their noise in step
+        order, as they would have during the attempt."""
+        env = self.record_env
+        obs, _ = env.reset(seed=seed, options={"condition": condition})
+        recorder.set_images(0, obs["images"])
+        for k in range(1, len(recorder)):
+            env.set_state(recorder.state(k))
+            recorder.set_images(k, env.observe()["images"])
 
 
 @dataclass(frozen=True)
