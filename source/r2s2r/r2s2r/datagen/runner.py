@@ -72,6 +72,7 @@ class RunSummary:
     admitted: int = 0  # admitted in the chunks used (the last chunk may admit more than the output needs)
     attempts: int = 0  # attempted in the chunks used
     steps: int = 0  # control steps of every attempt's physics in the chunks used
+    plan_s: float = 0.0  # seconds in the behaviour generator over those attempts (planning and per-step actions)
     reasons: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
@@ -395,6 +396,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     for chunk in range(n):
         summary.reasons.update(results[chunk].reasons)
         summary.steps += results[chunk].steps
+        summary.plan_s += results[chunk].plan_s
     _merge(cfg, output, shards, n, summary)
     summary.seconds = time.monotonic() - started
     if not keep_shards and summary.trajectories >= want:

@@ -67,6 +67,7 @@ class Attempt:
     demo: dict | None = None
     attrs: dict | None = None
     steps: int = 0  # control steps the attempt's physics ran
+    plan_s: float = 0.0  # seconds in the behaviour generator (its reset, i.e. planning, and its per-step actions)
 
 
 class Worker:
@@ -96,18 +97,32 @@ class Worker:
             self.record_env.close()
 
     def attempt(self, index: int) -> Attempt:
+        self._plan_s = 0.0
+        result = self._attempt(index)
+        return dataclasses.replace(result, plan_s=self._plan_s)
+
+    def _plan(self, call: Callable, *args):
+        """Call the generator, its time added to the attempt's planning time."""
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self._plan_s += time.perf_counter() - started
+
+    def _attempt(self, index: int) -> Attempt:
         cfg = self.cfg
         seed = attempt_seed(cfg.datagen.seed, index)
         condition = attempt_condition(cfg, index)
         env = self.physics_env
         obs, _ = env.reset(seed=seed, options={"condition": condition})
         try:
-            plan_attrs = self.generator.reset(env, obs, np.random.default_rng([cfg.datagen.seed, index, 2]))
+            plan_attrs = self._plan(self.generator.reset, env, obs,
+                                    np.random.default_rng([cfg.datagen.seed, index, 2]))
         except GenerationError as e:
             return Attempt(index, seed, condition, False, e.reason)
         recorder = EpisodeRecorder()
         while True:
-            action = np.asarray(self.generator(obs), dtype=float)
+            action = np.asarray(self._plan(self.generator, obs), dtype=float)
             recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
             obs, _, terminated, truncated, info = env.step(action)
             if terminated or truncated:
@@ -163,6 +178,7 @@ class ChunkResult:
     worker: str = ""  # "host:pid" of that process ("": an earlier run's shard, reused)
     node: str = ""  # the Ray node it ran on ("" outside Ray)
     steps: int = 0  # control steps of every attempt's physics (0 in shards written before it was recorded)
+    plan_s: float = 0.0  # seconds in the behaviour generator over every attempt (0 in shards from before)
 
 
 def shard_result(path: Path, chunk: int) -> ChunkResult | None:
@@ -175,7 +191,7 @@ def shard_result(path: Path, chunk: int) -> ChunkResult | None:
             return None
         reasons = json.loads(data["shard_reasons"])
         return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons,
-                           steps=int(data.get("shard_steps", 0)))
+                           steps=int(data.get("shard_steps", 0)), plan_s=float(data.get("shard_plan_s", 0.0)))
 
 
 _WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
@@ -205,6 +221,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
     with DemoWriter(spec.path, spec.cfg.task, {"run": key, "chunk": spec.chunk}) as writer:
         reasons = Counter(json.loads(writer.get_attr("shard_reasons", "{}")))
         steps = int(writer.get_attr("shard_steps", 0))
+        plan_s = float(writer.get_attr("shard_plan_s", 0.0))
         start = int(writer.get_attr("shard_next", spec.attempts.start))
         for index in range(start, spec.attempts.stop):
             result = worker.attempt(index)
@@ -212,8 +229,10 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
                 writer.append(result.demo, result.attrs)
             reasons[result.reason] += 1
             steps += result.steps
+            plan_s += result.plan_s
             writer.set_attr("shard_reasons", json.dumps(dict(reasons)))
             writer.set_attr("shard_steps", steps)
+            writer.set_attr("shard_plan_s", plan_s)
             writer.set_attr("shard_next", index + 1)
             if on_attempt is not None:
                 on_attempt(result)
@@ -221,7 +240,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         writer.set_attr(SHARD_DONE, True)
         admitted = writer.num_demos
     return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons), time.monotonic() - started,
-                       f"{socket.gethostname()}:{os.getpid()}", steps=steps)
+                       f"{socket.gethostname()}:{os.getpid()}", steps=steps, plan_s=plan_s)
 
 
 def scratch_dir() -> Path:
