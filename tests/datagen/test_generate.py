@@ -51,6 +51,9 @@ def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
             assert demo["obs"]["datagen_info"]["subtask_term_signals"]["carry"][-1]
         stored = json.loads(reader.data_attrs()["generation_summary"])
         assert stored["trajectories"] == 3
+        # env.renderer="auto" (the default) is decided before the run and stated with the data.
+        assert reader.env_args["renderer"] == stored["renderer_choice"]["renderer"] in ("mujoco_gl", "mujoco_warp")
+    assert 0 < summary.plan_s < summary.seconds  # the generator's own time, recorded per attempt
     # The physics of every attempt is counted (benchmarks/bench_datagen.py's bare cost), the written ones' included.
     assert summary.steps >= written > 0
     report = replay_dataset(out)

@@ -149,7 +149,8 @@ def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int 
                           f"{', '.join(with_generator)}")
     else:
         raise ConfigError(f"task = {task!r}: unknown task ID; expected one of {', '.join(with_generator)}")
-    env = PickSortEnvCfg(cameras=ALL_CAMERAS, image_size=(128, 128), world=world)
+    # The renderer: the faster of GL and the Warp ray tracer on this machine where they draw the same images.
+    env = PickSortEnvCfg(cameras=ALL_CAMERAS, image_size=(128, 128), world=world, renderer="auto")
     env = apply_overrides(env, env_overrides, "env")
     generator_config = apply_overrides(generator_cfg(name), overrides.get("generator", {}), "generator")
     datagen = DatagenCfg()

@@ -73,6 +73,7 @@ class RunSummary:
     attempts: int = 0  # attempted in the chunks used
     steps: int = 0  # control steps of every attempt's physics in the chunks used
     plan_s: float = 0.0  # seconds in the behaviour generator over those attempts (planning and per-step actions)
+    renderer_choice: dict | None = None  # how env.renderer="auto" was decided (renderer_choice.RendererChoice)
     reasons: Counter = field(default_factory=Counter)
     seconds: float = 0.0
 
@@ -83,7 +84,8 @@ class RunSummary:
     def as_dict(self) -> dict:
         return {"task": self.task, "generator": self.generator, "trajectories": self.trajectories,
                 "admitted": self.admitted, "attempts": self.attempts, "admission_rate": round(self.admission_rate, 4),
-                "reasons": dict(self.reasons), "seconds": round(self.seconds, 1)}
+                "reasons": dict(self.reasons), "seconds": round(self.seconds, 1),
+                "renderer_choice": self.renderer_choice}
 
     def table(self) -> str:
         rows = [f"{self.task}: {self.trajectories} trajectories written; {self.admitted} admitted of {self.attempts} "
@@ -103,6 +105,32 @@ def _config_key(cfg: GenerateCfg) -> dict:
     desc = cfg.describe()
     desc["datagen"] = {k: v for k, v in desc["datagen"].items() if k not in ("num_trajectories", "max_attempts")}
     return desc
+
+
+def _resolve_renderer(cfg: GenerateCfg, output: Path) -> tuple[GenerateCfg, dict | None]:
+    """`env.renderer="auto"` made concrete: the renderer a run already under way (its shards or output) chose, so
+    that it resumes with the same images on any machine, else the one this machine renders fastest with the same
+    images (`r2s2r.tasks.pick_sort.renderer_choice`). Returns the config and the choice's measurement."""
+    from r2s2r.tasks.pick_sort.renderer_choice import AUTO, CANDIDATES, resolve_renderer
+
+    if cfg.env.renderer != AUTO or cfg.isaaclab:
+        return cfg, None
+    stored = None
+    run_file = shard_dir(output) / "run.json"
+    try:
+        if run_file.exists():
+            stored = json.loads(run_file.read_text())
+        elif output.exists():
+            with DemoReader(output) as reader:
+                stored = json.loads(reader.data_attrs().get("generation_config", "null") or "null")
+    except (OSError, ValueError, DatasetError):
+        stored = None  # preflight reports what is wrong with them
+    renderer = stored.get("env", {}).get("renderer") if isinstance(stored, dict) else None
+    if renderer in CANDIDATES:
+        return dataclasses.replace(cfg, env=cfg.env.replace(renderer=renderer)), {"renderer": renderer,
+                                                                                  "reason": "the run's own"}
+    env, choice = resolve_renderer(cfg.env)
+    return dataclasses.replace(cfg, env=env), choice.as_dict() if choice else None
 
 
 def preflight(cfg: GenerateCfg, output: Path, ray_address: str | None = None) -> int | None:
@@ -336,7 +364,8 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     `log_json`: a file to append one JSON line per finished chunk to."""
     output = Path(output).absolute()
     started = time.monotonic()
-    summary = RunSummary(cfg.task, cfg.generator_name, output)
+    cfg, choice = _resolve_renderer(cfg, output)
+    summary = RunSummary(cfg.task, cfg.generator_name, output, renderer_choice=choice)
     have = preflight(cfg, output, ray_address)
     if have is not None:
         with DemoReader(output) as reader:
@@ -490,7 +519,7 @@ def _merge(cfg: GenerateCfg, output: Path, shards: Path, chunks: int, summary: R
     want = cfg.datagen.num_trajectories
     env_args = {"generation_run": cfg.digest(), "generator": cfg.generator_name, "cameras": list(cfg.env.cameras),
                 "image_size": list(cfg.env.image_size), "control_hz": cfg.env.control_hz,
-                "action_mode": cfg.env.action_mode, "world": cfg.env.world}
+                "action_mode": cfg.env.action_mode, "world": cfg.env.world, "renderer": cfg.env.renderer}
     writer = DemoWriter(output, cfg.task, env_args, resume=False)
     try:
         for chunk in range(chunks):

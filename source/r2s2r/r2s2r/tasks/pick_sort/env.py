@@ -21,6 +21,7 @@ from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, quat_to_mat
 from r2s2r.sim import CellSim, belt_drive_speed, lighting_gain
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
+from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer
 
 FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
 SETTLE_SPEED = 0.05  # m/s: an object slower than this is at rest
@@ -32,6 +33,7 @@ class PickSortEnv(gym.Env):
 
     def __init__(self, cfg: PickSortEnvCfg | None = None, **overrides):
         cfg = (cfg or PickSortEnvCfg()).replace(**overrides) if overrides else (cfg or PickSortEnvCfg())
+        cfg, _ = resolve_renderer(cfg)  # renderer="auto": this machine's choice
         if cfg.world is not None:
             self.world = load_world(cfg.world, base=cfg.cell)
             cfg = cfg.replace(cell=self.world.cell)
