@@ -12,6 +12,9 @@ compared on the same trials. The real side is --task (default the reality twin, 
 hardware cell plugs in behind the same RealCell interface). Each policy sees only the cameras it was trained on,
 rendered at its image size, and proprioception.
 
+Cameras are rendered by the faster of MuJoCo GL and the MuJoCo Warp ray tracer on this machine where both draw
+the same images (renderer "auto", r2s2r.tasks.pick_sort.renderer_choice); <task>/<policy>/renderer.json says which.
+
 Outputs in --output, per task: <task>/<policy>/trials.jsonl (one line per trial), <task>/results.json,
 results.md (success counts with Wilson 95 % intervals per condition) and results.png (bars with intervals). With
 --sim-tasks, every policy runs the same protocol in each sim variant too, and ranking.json / ranking.md report how

@@ -284,6 +284,8 @@ def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets):
     assert set(results["policies"]) == {"a", "b"}
     nominal = condition_counts(5)["nominal"]
     assert all(p["overall"]["trials"] == 5 and p["nominal"]["trials"] == nominal for p in results["policies"].values())
+    for task in ("R2S2R-PickSort-Real-v0", "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"):
+        assert json.loads((out / task / "a" / "renderer.json").read_text())["renderer"] in ("mujoco_gl", "mujoco_warp")
     ranking = json.loads((out / "ranking.json").read_text())
     assert {"pearson", "spearman", "mmrv"} <= set(ranking["R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"])
     bad = run_script("evaluate.py", "--checkpoint", str(tmp_path / "missing.pt"), "--output", str(out))

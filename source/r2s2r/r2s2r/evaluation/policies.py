@@ -6,6 +6,7 @@ so an interrupted evaluation resumes where it stopped and other tools can aggreg
 
 from __future__ import annotations
 
+import json
 import numbers
 import os
 from collections.abc import Sequence
@@ -14,6 +15,7 @@ from pathlib import Path
 from r2s2r.data import DatasetError, DemoReader
 from r2s2r.evaluation.protocol import Trial, make_protocol, run_trials, summarize
 from r2s2r.evaluation.report import ranking_report, write_report
+from r2s2r.files import write_text_atomic
 from r2s2r.policy.agent import load_agent
 from r2s2r.real.twin import make_cell
 from r2s2r.tasks import REAL_TASK
@@ -29,7 +31,12 @@ def evaluate_checkpoint(checkpoint: str | os.PathLike, task: str, num_trials: in
     """Run the protocol's `num_trials` trials of `checkpoint` in `task` (or the given `trials`); rows appended to
     `results`."""
     agent = load_agent(checkpoint)
-    cell = make_cell(task, **agent.env_overrides)
+    # Rendered by the faster of GL and the Warp ray tracer on this machine where both draw the same images
+    # (r2s2r.tasks.pick_sort.renderer_choice); which one is stated beside the trials.
+    cell = make_cell(task, **agent.env_overrides, renderer="auto")
+    results = Path(results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(results.parent / "renderer.json", json.dumps({"renderer": cell.env.cfg.renderer}) + "\n")
     try:
         return run_trials(cell, agent, make_protocol(num_trials) if trials is None else trials, results,
                           progress=progress, max_steps=max_steps)
