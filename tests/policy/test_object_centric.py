@@ -21,7 +21,7 @@ from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, NEAR,
                                          NEAR_FIELD, OFFSET, POS, SIZE, TRACKED_DIM, YAW,
-                                         BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator,
+                                         BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
@@ -106,6 +106,21 @@ def test_tracker_carries_an_occluded_object_along_the_belt(seed):
     for _ in range(10):
         state = tracker.update(np.concatenate([lifted, attrs]), np.full(3, 0.005**2), setpoint)
     assert np.linalg.norm(state[:3] - lifted) < 0.02
+
+
+def test_photometric_augmentation_keeps_images_in_range_with_sensor_noise_per_frame():
+    aug = Photometric((3, 16, 16), strength=1.0, seed=3)
+    assert torch.equal(aug.noise, Photometric((3, 16, 16), strength=1.0, seed=3).noise)  # the run's seed sets it
+    assert abs(float(aug.noise.std()) - 0.02) < 0.002
+    grey = torch.full((64, 3, 16, 16), 0.5)
+    out = aug(grey.clone(), torch.Generator().manual_seed(0))
+    assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
+    # Per frame: a gain and tint (the frame's mean moves), and noise around it (0.02 per pixel before clipping).
+    means = out.mean(dim=(2, 3))
+    assert float(means.std()) > 0.05
+    residual = out - means[:, :, None, None]
+    assert abs(float(residual.std()) - 0.02) < 0.005
+    assert len({tuple(r.flatten()[:8].tolist()) for r in residual}) > 32  # frames draw different noise images
 
 
 def test_frame_labels_follow_the_tracker_fields():

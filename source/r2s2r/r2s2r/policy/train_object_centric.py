@@ -30,8 +30,8 @@ from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, wei
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
-                                         estimator_loss, head_input, keypoint_loss, near_field, object_locator,
-                                         photometric, relative_actions, to_unit)
+                                         Photometric, estimator_loss, head_input, keypoint_loss, near_field,
+                                         object_locator, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 
@@ -140,6 +140,9 @@ class ObjectCentricTrainer:
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed)
+        h, w = cfg.policy.image_size
+        self.photometric = (Photometric((3, h, w), oc.lighting_augmentation, cfg.seed)
+                            if oc.lighting_augmentation else None)
         self.model = ObjectCentricPolicy(self.datasets[0].proprio.shape[1], cfg.policy.chunk, cfg.policy.action_dim,
                                          oc.keypoints, oc.hidden, oc.dropout)
         weights = [d.weight for d in self.datasets]
@@ -174,8 +177,8 @@ class ObjectCentricTrainer:
         oc = self.cfg.object_centric
         parts = self._draw(oc.estimator_batch)
         images = to_unit(np.concatenate([d.images[self.camera][t] for d, t in parts]))
-        if oc.lighting_augmentation:
-            images = photometric(images, self.generator, oc.lighting_augmentation)
+        if self.photometric is not None:
+            images = self.photometric(images, self.generator)
         labels = torch.from_numpy(np.concatenate([d.labels[t] for d, t in parts]))
         pixels = torch.from_numpy(np.concatenate([self.pixels[id(d)][t] for d, t in parts]))
         real = np.concatenate([np.full(len(t), d.domain == "real") for d, t in parts])
