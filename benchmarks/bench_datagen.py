@@ -99,7 +99,7 @@ def main() -> int:
     p.add_argument("--image-size", type=int, default=128, help="their height and width (default 128)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="worker counts to run (default 1 2)")
     p.add_argument("--project", type=int, default=6000,
-                   help="project the wall time of this many trajectories, half per generator (default 6000: the "
+                   help="project the wall time of this many trajectories, split evenly over the generators (default 6000: the "
                         "paper scale's four configurations of 1,500)")
     p.add_argument("--output", default="outputs/bench_datagen.json")
     args = p.parse_args()
@@ -155,7 +155,7 @@ def main() -> int:
               f"{r['admission_rate']:.0%} | {r['wall_s']} | {r['per_hour_per_core']} | {r['bare_ratio']} | "
               f"{r['admitted_ratio']} | {r['plan_share']} |")
     if core_hours:
-        print(f"{args.project} trajectories (half per generator): {core_hours:.1f} core-hours, "
+        print(f"{args.project} trajectories (split evenly over {len(singles)} generator(s)): {core_hours:.1f} core-hours, "
               f"{core_hours / 2:.1f} h on 2 cores, {60 * core_hours / 64:.0f} min on 64 cores")
     return 0
 
