@@ -71,8 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--size", type=cli.image_size, default=192, help="image height and width in pixels")
     p.add_argument("--mujoco-physics", default="mujoco",
                    help="physics backend of a MuJoCo task: mujoco (MuJoCo C, CPU) or mujoco_warp")
-    p.add_argument("--renderer", default=None, help="render backend: mujoco_gl (default) or mujoco_warp for a MuJoCo "
-                   "task; newton_warp (default, kit-less) or isaac_rtx (needs Kit) for an Isaac Lab task")
+    p.add_argument("--renderer", default=None, help="render backend: mujoco_gl (default), mujoco_warp or auto (the "
+                   "faster of the two here, where they draw the same images) for a MuJoCo task; newton_warp "
+                   "(default, kit-less) or isaac_rtx (needs Kit) for an Isaac Lab task")
     p.add_argument("--fps", type=cli.int_in(1, 240), default=20,
                    help="video frame rate (the control rate plays in real time)")
     p.add_argument("--physics", dest="refused_physics", default=None, help=argparse.SUPPRESS)

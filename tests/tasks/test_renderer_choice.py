@@ -69,3 +69,11 @@ def test_images_that_differ_or_a_missing_ray_tracer_keep_gl(cache, monkeypatch):
 def test_without_cameras_nothing_is_measured(cache):
     cfg, choice = resolve_renderer(CFG.replace(cameras=()))
     assert (cfg.renderer, choice, cache.exists()) == ("mujoco_gl", None, False)
+
+
+def test_an_unknown_renderer_is_refused_naming_the_choices():
+    from r2s2r.core import ConfigError
+
+    with pytest.raises(ConfigError, match=r"renderer = 'mujoco': expected one of mujoco_gl, mujoco_warp, auto, "
+                                          r"isaac_rtx \(auto: the faster of"):
+        CFG.replace(renderer="mujoco").validate()

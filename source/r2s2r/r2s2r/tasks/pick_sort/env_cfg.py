@@ -8,6 +8,7 @@ from typing import Literal
 
 from r2s2r.cell.spec import CellCfg
 from r2s2r.core import ConfigError
+from r2s2r.render import ISAAC_RTX, RENDERERS
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class PickSortEnvCfg:
         lo, hi = cond.belt_speed or self.cell.belt.speed_range
         if lo < 0 or hi < lo:
             raise ConfigError(f"belt speed range = {(lo, hi)!r}: expected 0 <= low <= high (m/s)")
+        renderers = (*RENDERERS, "auto", ISAAC_RTX)
+        if self.renderer not in renderers:
+            raise ConfigError(f"renderer = {self.renderer!r}: expected one of {', '.join(renderers)} (auto: the "
+                              f"faster of {' and '.join(RENDERERS)} here, where they draw the same images; "
+                              f"{ISAAC_RTX} only in Isaac Sim)")
         for cam in self.cameras:
             if cam not in self.cell.camera_names:
                 raise ConfigError(f"cameras: {cam!r} is not a camera of the cell; expected any of "
