@@ -70,10 +70,11 @@ def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size
 
 
 def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path, cameras: list[str],
-        size: int) -> dict:
+        size: int, chunk_size: int) -> dict:
     from r2s2r.core import parse_dotted
 
-    overrides = [f"env.cameras=[{','.join(cameras)}]", f"env.image_size=[{size},{size}]"]
+    overrides = [f"env.cameras=[{','.join(cameras)}]", f"env.image_size=[{size},{size}]",
+                 f"datagen.chunk_size={chunk_size}"]
     if "BehaviorGrounded" in task:
         overrides.append(f"generator.source={source}")
     cfg = make_generate_cfg(task, trajectories, 0, parse_dotted(overrides))
@@ -98,6 +99,9 @@ def main() -> int:
                    help="cameras recorded (default: all four, generate.py's default; the policy trains on 2)")
     p.add_argument("--image-size", type=int, default=128, help="their height and width (default 128)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="worker counts to run (default 1 2)")
+    p.add_argument("--chunk-size", type=int, default=2,
+                   help="attempts per chunk (default 2: a short run still splits into enough chunks for two "
+                        "workers to share evenly; generate.py's default is 4)")
     p.add_argument("--project", type=int, default=6000,
                    help="project the wall time of this many trajectories, split evenly over the generators (default 6000: the "
                         "paper scale's four configurations of 1,500)")
@@ -120,7 +124,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.generators:
             for workers in args.workers:
-                row = run(TASKS[name], args.trajectories, workers, source, Path(tmp), args.cameras, args.image_size)
+                row = run(TASKS[name], args.trajectories, workers, source, Path(tmp), args.cameras, args.image_size,
+                          args.chunk_size)
                 after = bare_rates()
                 bare_steps, bare_images = [(a + b) / 2 for a, b in zip(before, after)]
                 before = after
