@@ -114,6 +114,7 @@ def main() -> int:
     cfg = make_generate_cfg(TASKS["mimic"])
     model = build_model(cfg.env.cell)
     substeps = round(1.0 / (cfg.env.control_hz * cfg.env.cell.physics.timestep))
+
     def bare_rates() -> tuple[float, float]:
         return (bare_steps_per_second(model, 3.0),
                 bare_images_per_second(model, cfg.env.cell, args.cameras, args.image_size, 3.0))

@@ -24,8 +24,9 @@ has the same layout (its task attr is the Isaac Lab ID, its states MuJoCo's), bu
 environment's: Newton with the MuJoCo Warp solver, kit-less, on its config's device (the CPU; --device sets
 another). The images come from Isaac Lab camera sensors (Newton's Warp ray tracer). Such a run goes through Isaac
 Lab's launcher (launch_simulation; its options below), which starts no Kit for it. Of the env.* overrides it takes
-env.cameras, env.image_size and env.depth. It is slower than MuJoCo C on a CPU: one environment per process, and
-an admitted attempt is played twice (the attempt, then its recorded replay).
+env.cameras, env.image_size and env.depth. It is slower than MuJoCo C on a CPU: one environment per process, with
+the cameras rendered during every attempt (Isaac Lab holds one simulation per process, so there is no camera-less
+copy to run attempts on).
 
 Overrides (after the options, Hydra style) set any config field:
   env.<field>        the task config (r2s2r.tasks.pick_sort.env_cfg.PickSortEnvCfg), e.g. env.cameras=[head_left]

@@ -53,7 +53,8 @@ def training_trials(dataset: str | os.PathLike, num_trials: int) -> list[Trial]:
                                f"(--trials) to take their seeds")
         trials = []
         for index, name in enumerate(reader.names[:num_trials]):
-            seed, condition = reader.attrs(name).get("seed"), reader.attrs(name).get("condition")
+            attrs = reader.attrs(name)
+            seed, condition = attrs.get("seed"), attrs.get("condition")
             if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or condition != "nominal":
                 raise DatasetError(f"{dataset}: demo {name}: seed = {seed!r}, condition = {condition!r}: expected "
                                    f"an integer seed of a nominal episode (a demo recorded by collect_real.py)")

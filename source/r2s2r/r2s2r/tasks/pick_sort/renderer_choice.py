@@ -89,7 +89,7 @@ def measure_choice(cfg: PickSortEnvCfg) -> RendererChoice:
             warp = PickSortEnv(cfg.replace(renderer="mujoco_warp"))
         except Exception as e:  # noqa: BLE001 -- any failure to build it (not installed, no device) rules it out
             return RendererChoice("mujoco_gl", f"mujoco_warp unavailable: {type(e).__name__}: {e}",
-                                  {"mujoco_gl": _rate(gl, cfg)})
+                                  {"mujoco_gl": _rate(gl)})
         try:
             diffs = []
             for seed, condition in EPISODES:
@@ -101,7 +101,7 @@ def measure_choice(cfg: PickSortEnvCfg) -> RendererChoice:
             rates = {"mujoco_gl": 0.0, "mujoco_warp": 0.0}
             for _ in range(2):
                 for name, env in (("mujoco_gl", gl), ("mujoco_warp", warp)):
-                    rates[name] += _rate(env, cfg) / 2
+                    rates[name] += _rate(env) / 2
         finally:
             warp.close()
     finally:
@@ -114,14 +114,14 @@ def measure_choice(cfg: PickSortEnvCfg) -> RendererChoice:
     return RendererChoice(faster, "faster, images within the tolerance", rates, **agreement)
 
 
-def _rate(env, cfg: PickSortEnvCfg) -> float:
+def _rate(env) -> float:
     """Camera images per second of `env.observe()` in a reset episode."""
     env.reset(seed=EPISODES[0][0])  # renders the episode's first frame: buffers uploaded before the timing
     n, start = 0, time.perf_counter()
     while time.perf_counter() - start < TIMING_S:
         env.observe()
         n += 1
-    return n * len(cfg.cameras) / (time.perf_counter() - start)
+    return n * len(env.cfg.cameras) / (time.perf_counter() - start)
 
 
 def _key(cfg: PickSortEnvCfg) -> str:
