@@ -353,10 +353,10 @@ def changed(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def next_view(page, clip: dict, previous: np.ndarray | None = None) -> np.ndarray:
     """The scene once the page shows a new, still view: it differs from `previous` (messages in flight have arrived;
-    None: any view) and two screenshots a second apart agree (the frame is drawn)."""
+    None: any view) and two screenshots half a second apart agree (the frame is drawn)."""
     last, deadline = screenshot(page, clip), time.monotonic() + TIMEOUT
     while time.monotonic() < deadline:
-        time.sleep(1.0)
+        time.sleep(0.5)
         shot = screenshot(page, clip)
         if np.array_equal(shot, last) and (previous is None or changed(shot, previous).any()):
             return shot

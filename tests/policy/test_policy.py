@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import run_script, tiny_train_overrides
+from conftest import run_script, run_script_in_process, tiny_train_overrides
 
 from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError, DemoReader, DemoWriter
@@ -255,7 +255,7 @@ def test_a_checkpoint_from_another_observation_set_is_refused(tmp_path, policy_d
 
 
 # -- scripts -----------------------------------------------------------------------------------------------------
-def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets):
+def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets, monkeypatch, capsys):
     datasets = [(policy_datasets["real"], 0.5), (policy_datasets["sim"], 0.5)]
     result = run_script("train.py", *tiny_train_overrides(tmp_path / "a", datasets, steps=4))
     assert result.returncode == 0, result.stderr
@@ -288,8 +288,9 @@ def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets):
         assert json.loads((out / task / "a" / "renderer.json").read_text())["renderer"] in ("mujoco_gl", "mujoco_warp")
     ranking = json.loads((out / "ranking.json").read_text())
     assert {"pearson", "spearman", "mmrv"} <= set(ranking["R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"])
-    bad = run_script("evaluate.py", "--checkpoint", str(tmp_path / "missing.pt"), "--output", str(out))
-    assert bad.returncode == 2 and "missing.pt': no such file" in bad.stderr
+    code, err = run_script_in_process("evaluate.py", "--checkpoint", str(tmp_path / "missing.pt"), "--output", str(out),
+                                      cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "missing.pt': no such file" in err
 
     # On its own training episodes: nominal trials at the seeds the real demos were recorded with.
     with DemoReader(policy_datasets["real"]) as reader:
