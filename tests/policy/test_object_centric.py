@@ -190,6 +190,22 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     first, second = (load_checkpoint(r)["model"] for r in (result.checkpoint, tmp_path / "head" / "policy.pt"))
     assert all(torch.equal(first[k], second[k]) for k in first if k.startswith("estimator."))
     assert second["head.net.0.weight"].shape[0] == 32
+    # object_centric.estimator_from: a head trained on other data keeps another run's estimator (its policy.pt
+    # here) untouched; an estimator of another shape, or a file that is no object-centric checkpoint, is refused
+    # before any data is loaded.
+    other_data = [(policy_datasets["real"], 1.0)]
+    kept = ObjectCentricTrainer(compose_train_cfg(oc_overrides(
+        tmp_path / "kept", other_data, steps=20, **{"object_centric.estimator_from": str(result.checkpoint)})))
+    assert kept.run(progress=False).resumed_from == 0 and not (tmp_path / "kept" / "estimator.pt").exists()
+    third = load_checkpoint(tmp_path / "kept" / "policy.pt")["model"]
+    assert all(torch.equal(first[k], third[k]) for k in first if k.startswith(("estimator.", "label_")))
+    assert not torch.equal(first["action_mean"], third["action_mean"])  # the head's statistics: its own data
+    with pytest.raises(CheckpointError, match=r"estimator_from = .*trained with other object_centric.keypoints"):
+        ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "k8", other_data, **{
+            "object_centric.estimator_from": str(result.checkpoint), "object_centric.keypoints": 8})))
+    with pytest.raises(CheckpointError, match=r"estimator_from = .*none.pt.*no such file"):
+        ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "none", other_data, **{
+            "object_centric.estimator_from": str(tmp_path / "none.pt")})))
 
     agent = load_agent(result.checkpoint)
     assert isinstance(agent, ObjectCentricAgent)

@@ -188,12 +188,16 @@ class ObjectCentricCfg:
     control_hz: float = 20.0  # the rate the tracker is stepped at (the task's control rate)
     # Demos of the first dataset kept out of training to measure the estimator's error (perception.json).
     holdout_demos: int = 0
+    # An object-centric checkpoint (another run's estimator.pt or policy.pt) whose estimator this run keeps: only
+    # the head trains, on this run's data. Separates what more data does for the head from what it does for
+    # perception. Empty: the estimator trains here.
+    estimator_from: str = ""
 
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
         each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], control_hz in (0, 1000] Hz, holdout_demos
-        0..1e6."""
+        0..1e6, estimator_from a path or empty."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -210,6 +214,8 @@ class ObjectCentricCfg:
         check_number(f"{where}.hand_shift_fraction", self.hand_shift_fraction, 0, 1)
         check_number(f"{where}.control_hz", self.control_hz, 0, 1000, lo_open=True, unit="Hz")
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
+        require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,
+                "a checkpoint path, or empty")
         return self
 
 

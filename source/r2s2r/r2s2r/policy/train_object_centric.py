@@ -7,7 +7,8 @@
 
 Run folder: `config.yaml`, `estimator.pt`, `log.jsonl` (loss per `log_every` steps of either stage),
 `perception.json` (the estimator's error on held-out demos, with `object_centric.holdout_demos`), and `policy.pt`
-when finished. A finished run is left as it is; a run folder holds one config.
+when finished. A finished run is left as it is; a run folder holds one config. With
+`object_centric.estimator_from`, stage 1 is another run's estimator, loaded instead of trained (no `estimator.pt`).
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ import yaml
 from tqdm import tqdm
 
 from r2s2r.files import write_text_atomic
-from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dict, load_checkpoint, refuse_other_run,
-                                     save_checkpoint)
+from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dict, config_differences, load_checkpoint,
+                                     refuse_other_run, save_checkpoint)
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
@@ -39,7 +40,10 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 # head retrained with other settings, or an estimator copied from another run folder) reuses that estimator.
 HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute",
                     "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
-                    "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction")
+                    "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
+                    "object_centric.estimator_from")
+# Fields that shape the estimator's weights: a checkpoint given as `object_centric.estimator_from` must agree on them.
+ESTIMATOR_SHAPE_FIELDS = ("policy.cameras", "policy.image_size", "object_centric.keypoints")
 
 
 def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
@@ -126,6 +130,8 @@ class ObjectCentricTrainer:
             raise CheckpointError("policy.domain_embedding = true: the object-centric policy has no domain "
                                   "embedding (its alignment option is cotrain.alignment_weight on the estimator)")
         self.run_dir = Path(cfg.run_dir)
+        source = cfg.object_centric.estimator_from  # checked before any data is loaded
+        self.estimator_source = self._estimator_checkpoint(source) if source else None
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         # The head's proprioception is fixed by the design (see object_centric.HEAD_PROPRIO).
@@ -288,6 +294,30 @@ class ObjectCentricTrainer:
                 "datasets": [{"path": d.path, "domain": d.domain, "weight": d.weight, "demos": d.num_demos,
                               "steps": len(d)} for d in self.datasets]}
 
+    def _estimator_checkpoint(self, path: str) -> dict:
+        """The checkpoint `estimator_from` names, refused unless its estimator fits this run's."""
+        where = f"object_centric.estimator_from = {path!r}"
+        try:
+            stored = load_checkpoint(path)
+        except CheckpointError as e:
+            raise CheckpointError(f"{where}: {e}") from None
+        if stored.get("kind") != "object_centric":
+            raise CheckpointError(f"{where}: a {stored.get('kind')!r} checkpoint; expected an object-centric one")
+        differ = [k for k in config_differences(stored["cfg"], cfg_dict(self.cfg)) if k in ESTIMATOR_SHAPE_FIELDS]
+        if differ:
+            raise CheckpointError(f"{where}: its estimator was trained with other {', '.join(differ)}; expected "
+                                  "the same as this run's")
+        return stored
+
+    def _load_estimator(self, path, stored: dict) -> None:
+        """The estimator and its label statistics from a checkpoint; the head starts afresh."""
+        weights = {k: v for k, v in stored["model"].items() if k.startswith(("estimator.", "label_"))}
+        try:
+            self.model.load_state_dict(weights, strict=False)
+        except RuntimeError as e:
+            raise CheckpointError(f"{path}: its estimator does not fit this run's ({' '.join(str(e).split())[:300]})")
+        self.model.estimator.eval()
+
     def run(self, progress: bool = True) -> TrainResult:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
@@ -299,11 +329,10 @@ class ObjectCentricTrainer:
             return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
         write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
         resumed = 0
-        if stage1 in stored:  # the estimator and its label statistics; the head starts afresh
-            weights = stored[stage1]["model"]
-            self.model.load_state_dict({k: v for k, v in weights.items() if k.startswith(("estimator.", "label_"))},
-                                       strict=False)
-            self.model.estimator.eval()
+        if self.estimator_source is not None:
+            self._load_estimator(self.cfg.object_centric.estimator_from, self.estimator_source)
+        elif stage1 in stored:
+            self._load_estimator(stage1, stored[stage1])
             resumed = self.cfg.object_centric.estimator_steps
         else:
             self.train_estimator(progress)
