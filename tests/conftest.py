@@ -15,45 +15,6 @@ from filelock import FileLock
 ROOT = Path(__file__).resolve().parents[1]
 
 
-# The test files that take longest (seconds of one worker on the idle 2-core machine, warm caches, 2026-12-02),
-# longest first. pytest-xdist hands out whole files (--dist loadfile) in collection order, so these start first
-# and the many short files fill in behind them: both workers end within seconds of each other instead of one
-# starting a minute-long file while the other has nothing left. Only the order depends on these numbers.
-LONGEST_FIRST = (
-    "calibration/test_grounding_pipeline.py",  # 71
-    "datagen/test_ray_cluster.py",  # 59
-    "isaaclab/test_scripts.py",  # 48
-    "policy/test_policy.py",  # 40
-    "datagen/test_generate.py",  # 37
-    "policy/test_object_centric.py",  # 35
-    "policy/test_malformed_inputs.py",  # 33
-    "test_viewer.py",  # 32
-    "calibration/test_camera_calibration.py",  # 24
-    "isaaclab/test_generation_in_isaaclab.py",  # 24
-    "isaaclab/test_mimic_datagen.py",  # 21
-    "isaaclab/test_rsl_rl.py",  # 20
-    "real/test_teleop.py",  # 19
-    "test_experiment.py",  # 19
-    "isaaclab/test_pick_sort_multi_env.py",  # 18
-    "isaaclab/test_pick_sort_cameras.py",  # 17
-    "policy/test_latent.py",  # 16
-    "policy/test_published.py",  # 16
-    "tasks/test_registry.py",  # 14
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    missing = [name for name in LONGEST_FIRST if not (ROOT / "tests" / name).is_file()]
-    if missing:
-        raise pytest.UsageError(f"tests/conftest.py: LONGEST_FIRST names files that do not exist: {missing}")
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-
-    def order(item):
-        return rank.get(item.path.relative_to(ROOT / "tests").as_posix(), len(rank))
-
-    items.sort(key=order)  # stable: a file's tests keep their order, the other files theirs
-
-
 def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `scripts/<name>` as a user would, from the repository root."""
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
