@@ -76,3 +76,34 @@ def test_unknown_shape_is_rejected_by_name(cell, generator):
     bad = dataclasses.replace(_object(cell, "cube"), shape="torus")
     with pytest.raises(ValueError, match="shape = 'torus'"):
         generator.generate(bad)
+
+
+def _same(a, b) -> bool:
+    return len(a) == len(b) and all(
+        all(np.array_equal(getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(x)) for x, y in zip(a, b))
+
+
+def test_disk_cache_gives_back_the_synthesized_grasps_to_a_new_process(cell, generator, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    model = build_model(cell)
+    cube, sphere = _object(cell, "cube"), _object(cell, "sphere")
+    fresh = generator.generate(cube)
+    assert _same(GraspGenerator(model, cache=True).generate(cube), fresh)
+    files = sorted((tmp_path / "r2s2r" / "grasps").glob("*.npz"))
+    assert len(files) == 1
+    # A later generator (as in another worker process) reads them back, bit for bit, without synthesizing.
+    later = GraspGenerator(model, cache=True)
+    monkeypatch.setattr(later, "_synthesize", lambda obj: pytest.fail(f"synthesized {obj.name} again"))
+    assert _same(later.generate(cube), fresh)
+    # Another object, another size or another hand geometry is another entry.
+    other = GraspGenerator(model, cache=True)
+    other.generate(sphere)
+    other.generate(dataclasses.replace(cube, size=tuple(1.2 * s for s in cube.size)))
+    moved = build_model(cell)
+    moved.geom_size[moved.geom_bodyid == moved.body("right_palm").id] *= 1.1
+    GraspGenerator(moved, cache=True).generate(cube)
+    assert len(list((tmp_path / "r2s2r" / "grasps").glob("*.npz"))) == 4
+    # A damaged entry is rebuilt, not trusted.
+    files[0].write_bytes(b"not an npz")
+    assert _same(GraspGenerator(model, cache=True).generate(cube), fresh)
+    assert _same(GraspGenerator(model, cache=True).generate(cube), fresh)

@@ -32,6 +32,11 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         os.fsync(f.fileno())
 
 
+def cache_dir() -> Path:
+    """Where results worth keeping across runs are cached on this machine: `$XDG_CACHE_HOME/r2s2r`."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "r2s2r"
+
+
 class OutputError(ConfigError):
     """An output path cannot be written; the message names the option or field, the path and what is wrong."""
 

@@ -174,7 +174,7 @@ class PlannerGenerator(BehaviorGenerator):
         scene.geom_contype[:] = np.where(self.static_geoms, STATIC, np.where(self.robot_geoms, ROBOT, 0))
         scene.geom_conaffinity[:] = np.where(self.static_geoms, ROBOT | OBJECT, np.where(self.robot_geoms, STATIC, 0))
         self.object_geoms = np.flatnonzero(is_object & solid)
-        self.grasp_generator = GraspGenerator(m, self.cfg.grasp)
+        self.grasp_generator = GraspGenerator(m, self.cfg.grasp, cache=True)
         self._grasps.clear()
 
     def reset(self, env, obs: dict, rng: np.random.Generator) -> dict:

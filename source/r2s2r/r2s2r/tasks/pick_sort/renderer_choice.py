@@ -27,7 +27,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from r2s2r.files import write_text_atomic
+from r2s2r.files import cache_dir, write_text_atomic
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
 AUTO = "auto"
@@ -145,5 +145,4 @@ def _key(cfg: PickSortEnvCfg) -> str:
 
 
 def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "r2s2r" / "renderer_choice.json"
+    return cache_dir() / "renderer_choice.json"
