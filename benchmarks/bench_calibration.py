@@ -37,7 +37,7 @@ from r2s2r.calibration.camera import (  # noqa: E402
 )
 from r2s2r.calibration.report import distorted_angle  # noqa: E402
 from r2s2r.calibration.rig import CALIBRATION_BOARD  # noqa: E402
-from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY  # noqa: E402
+from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES  # noqa: E402
 from r2s2r.cell.world import load_world  # noqa: E402
 from r2s2r.core import configs_dir  # noqa: E402
 from r2s2r.geometry import rotation_error, rpy_to_mat  # noqa: E402
@@ -75,10 +75,10 @@ def camera_case(world: str, cam: str, rigs: dict, tmp: Path) -> dict:
            "cx_err": est.cx - lens.cx, "cy_err": est.cy - lens.cy}
     if head:
         fixture = twin.board_on_fixture(cam, SIZE, SIZE)
-        pos, rpy = estimate_extrinsics(fixture, CALIBRATION_BOARD, est, BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY)
+        pos, rpy = estimate_extrinsics(fixture, CALIBRATION_BOARD, est, BOARD_FIXTURE_POSES)
         row["extrinsics_mm"] = 1000 * float(np.linalg.norm(pos - np.array(pose.pos)))
         row["extrinsics_mrad"] = 1000 * float(np.linalg.norm(rotation_error(rpy_to_mat(rpy), rpy_to_mat(pose.rpy))))
-        gain = estimate_exposure(fixture, ideal.board_on_fixture(cam, SIZE, SIZE), CALIBRATION_BOARD)
+        gain = estimate_exposure(fixture[0], ideal.board_on_fixture(cam, SIZE, SIZE)[0], CALIBRATION_BOARD)
     else:
         datasheet = _camera(ungrounded.cell, cam).lens
         row["mapping_rad"] = float(np.abs(distorted_angle(est.distortion) - distorted_angle(lens.distortion)).max())

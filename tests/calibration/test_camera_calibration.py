@@ -26,7 +26,7 @@ from r2s2r.calibration.camera import (
     find_corners,
 )
 from r2s2r.calibration.rig import CALIBRATION_BOARD
-from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
+from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.world import load_world
 from r2s2r.core import configs_dir
 from r2s2r.geometry import rotation_error, rpy_to_mat
@@ -132,15 +132,22 @@ def test_fisheye_focal_rms_and_distortion(case, rigs, sessions):
 
 # -- extrinsics --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("case", HEADS, ids=lambda c: f"{c[0][:-5]}-{c[1]}")
-def test_head_extrinsics_within_5mm_and_10mrad(case, rigs, sessions):
+def test_head_extrinsics_within_3mm_and_0_2deg_from_every_stand(case, rigs, sessions):
+    """The study's tolerance, from the board on all its stands; the first stand alone misses it on reality.yaml's
+    head_left (about 3.8 mm and 0.24 deg)."""
     session = sessions[case]
-    pos, rpy = estimate_extrinsics(session["fixture"], CALIBRATION_BOARD, session["intrinsics"], BOARD_FIXTURE_POS,
-                                   BOARD_FIXTURE_RPY)
     truth = _pose(rigs[case[0]]["truth"], case[1])
-    dpos = np.linalg.norm(pos - np.array(truth.pos))
-    drot = np.linalg.norm(rotation_error(rpy_to_mat(rpy), rpy_to_mat(truth.rpy)))
-    print(f"{case}: position {dpos * 1000:.2f} mm, rotation {drot * 1000:.2f} mrad")
-    assert dpos < 0.005 and drot < 0.01
+
+    def error(images, stands):
+        pos, rpy = estimate_extrinsics(images, CALIBRATION_BOARD, session["intrinsics"], stands)
+        return (np.linalg.norm(pos - np.array(truth.pos)),
+                np.degrees(np.linalg.norm(rotation_error(rpy_to_mat(rpy), rpy_to_mat(truth.rpy)))))
+
+    dpos, drot = error(session["fixture"], BOARD_FIXTURE_POSES)
+    one_pos, one_rot = error(session["fixture"][:1], BOARD_FIXTURE_POSES[:1])
+    print(f"{case}: every stand {dpos * 1000:.2f} mm, {drot:.3f} deg; the first alone {one_pos * 1000:.2f} mm, "
+          f"{one_rot:.3f} deg")
+    assert dpos < 0.003 and drot < 0.2
 
 
 def test_fixture_corners_land_on_the_true_projection(rigs, sessions):
@@ -148,10 +155,11 @@ def test_fixture_corners_land_on_the_true_projection(rigs, sessions):
     case = HEADS[0]
     truth = rigs[case[0]]["truth"]
     pose, lens = _pose(truth, case[1]), _lens(truth, case[1])
-    world = np.asarray(BOARD_FIXTURE_POS) + CALIBRATION_BOARD.corner_points() @ rpy_to_mat(BOARD_FIXTURE_RPY).T
+    stand_pos, stand_rpy = BOARD_FIXTURE_POSES[0]
+    world = np.asarray(stand_pos) + CALIBRATION_BOARD.corner_points() @ rpy_to_mat(stand_rpy).T
     in_camera = (world - np.asarray(pose.pos)) @ rpy_to_mat(pose.rpy) * np.array([1.0, -1.0, -1.0])
     expected = CameraModel(lens, SIZE, SIZE).project(in_camera).reshape(6, 8, 2)
-    found = find_corners(sessions[case]["fixture"], CALIBRATION_BOARD)
+    found = find_corners(sessions[case]["fixture"][0], CALIBRATION_BOARD)
     # The detector may number the symmetric board from any of its four corners; compare in the matching order.
     orders = (expected, expected[::-1, ::-1], expected[:, ::-1], expected[::-1, :])
     errors = min((np.linalg.norm(found - o.reshape(-1, 2), axis=1) for o in orders), key=np.sum)
@@ -176,7 +184,7 @@ def test_exposure_within_5_percent(case, rigs):
     twin, ideal = rigs[case[0]]["twin"], rigs[case[0]]["ideal"]
     cam = case[1]
     if cam.startswith("head"):
-        pairs = [(twin.board_on_fixture(cam, SIZE, SIZE), ideal.board_on_fixture(cam, SIZE, SIZE))]
+        pairs = [(twin.board_on_fixture(cam, SIZE, SIZE)[0], ideal.board_on_fixture(cam, SIZE, SIZE)[0])]
     else:
         pairs = []
         for seed in range(SEED, SEED + 8):
@@ -225,8 +233,9 @@ def test_bad_model_and_shapes_are_rejected(sessions):
         calibrate_intrinsics([views[0], cv2.resize(views[1], (256, 256))], CALIBRATION_BOARD, "pinhole")
     intrinsics = sessions[HEADS[0]]["intrinsics"]
     with pytest.raises(CalibrationError, match=r"\(256, 256, 3\).*expected \(512, 512\)"):
-        estimate_extrinsics(cv2.resize(views[0], (256, 256)), CALIBRATION_BOARD, intrinsics, BOARD_FIXTURE_POS,
-                            BOARD_FIXTURE_RPY)
+        estimate_extrinsics([cv2.resize(views[0], (256, 256))], CALIBRATION_BOARD, intrinsics, BOARD_FIXTURE_POSES[:1])
+    with pytest.raises(CalibrationError, match="1 fixture images for 4 stands"):
+        estimate_extrinsics(views[:1], CALIBRATION_BOARD, intrinsics, BOARD_FIXTURE_POSES)
     with pytest.raises(CalibrationError, match="shape"):
         estimate_exposure(views[0], cv2.resize(views[0], (256, 256)), CALIBRATION_BOARD)
 
@@ -234,11 +243,11 @@ def test_bad_model_and_shapes_are_rejected(sessions):
 def test_board_missing_from_fixture_or_references_is_an_error(sessions):
     session = sessions[HEADS[0]]
     blank = np.full((SIZE, SIZE, 3), 128, np.uint8)
-    with pytest.raises(CalibrationError, match="camera 'head_left': the board was not found in the fixture image"):
-        estimate_extrinsics(blank, CALIBRATION_BOARD, session["intrinsics"], BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY,
+    with pytest.raises(CalibrationError, match="camera 'head_left': the board was not found in any of the 2 fixture"):
+        estimate_extrinsics([blank, blank], CALIBRATION_BOARD, session["intrinsics"], BOARD_FIXTURE_POSES[:2],
                             camera="head_left")
     with pytest.raises(CalibrationError, match="not found in the reference image"):
-        estimate_exposure(session["fixture"], blank, CALIBRATION_BOARD)
+        estimate_exposure(session["fixture"][0], blank, CALIBRATION_BOARD)
     with pytest.raises(CalibrationError, match=r"0 of 2 references"):
         estimate_blur(session["views"][:2], CALIBRATION_BOARD, [blank, blank])
 

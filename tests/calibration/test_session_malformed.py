@@ -20,10 +20,12 @@ import pytest
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.calibration.pipeline import ground, read_session
+from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.world import load_world
 
 ROOT = Path(__file__).resolve().parents[2]
 SIZE, VIEWS = 32, 6
+STANDS = len(BOARD_FIXTURE_POSES)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,7 @@ def valid(start, tmp_path_factory) -> Path:
             group.attrs["seed"] = k
             group.create_dataset("views", data=rng.integers(0, 256, (VIEWS, SIZE, SIZE, 3), dtype=np.uint8))
             if cam.name.startswith("head"):
-                group.create_dataset("fixture", data=rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8))
+                group.create_dataset("fixture", data=rng.integers(0, 256, (STANDS, SIZE, SIZE, 3), dtype=np.uint8))
             else:
                 group.attrs["exposure_seeds"] = [10 * k + i for i in range(3)]
                 group.create_dataset("exposure_views", data=rng.integers(0, 256, (3, SIZE, SIZE, 3), dtype=np.uint8))
@@ -132,8 +134,10 @@ CASES = [
          ("'cameras/head_left/views'", f"({VIEWS}, {SIZE}, 24, 3)", "square")),
     Case("no-seed", del_attr("cameras/head_left", "seed"), ("attr 'cameras/head_left/seed' is missing",)),
     Case("seed-negative", set_attr("cameras/head_left", "seed", -1), ("'cameras/head_left/seed'", "-1", "integer")),
-    Case("fixture-size", replace("cameras/head_right/fixture", np.zeros((16, 16, 3), np.uint8)),
-         ("'cameras/head_right/fixture'", "(16, 16, 3)", f"({SIZE}, {SIZE}, 3)")),
+    Case("fixture-size", replace("cameras/head_right/fixture", np.zeros((STANDS, 16, 16, 3), np.uint8)),
+         ("'cameras/head_right/fixture'", f"({STANDS}, 16, 16, 3)", f"({STANDS}, {SIZE}, {SIZE}, 3)")),
+    Case("fixture-one-stand", replace("cameras/head_right/fixture", np.zeros((SIZE, SIZE, 3), np.uint8)),
+         ("'cameras/head_right/fixture'", f"({SIZE}, {SIZE}, 3)", f"({STANDS}, {SIZE}, {SIZE}, 3)")),
     Case("no-exposure-seeds", del_attr("cameras/right_wrist", "exposure_seeds"),
          ("attr 'cameras/right_wrist/exposure_seeds' is missing",)),
     Case("exposure-seeds-negative", set_attr("cameras/left_wrist", "exposure_seeds", [1, -2, 3]),

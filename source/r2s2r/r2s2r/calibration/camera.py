@@ -577,55 +577,90 @@ def _calibrate(model: str, obj: np.ndarray, corners: list[np.ndarray], width: in
 # ----------------------------------------------------------------------------------------------------------------
 # Extrinsics
 # ----------------------------------------------------------------------------------------------------------------
-def estimate_extrinsics(image: np.ndarray, board: BoardCfg, intrinsics: IntrinsicsEstimate, board_pos,
-                        board_rpy, camera: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """World pose of a camera from one image of the board at a surveyed pose.
+def estimate_extrinsics(images, board: BoardCfg, intrinsics: IntrinsicsEstimate, stands,
+                        camera: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """World pose of a camera from its images of the board on surveyed stands.
+
+    Each image where the board is found gives the corners' world positions (through its stand's pose); the camera
+    pose is the one that projects all of them at once, so stands at several depths and sides pin down what a single
+    board leaves loose (the distance along the optical axis trades against a focal-length error). Each image's
+    pose alone resolves the board's symmetry and starts the joint fit.
 
     Args:
-        image: the camera's image of the board, at the intrinsics' resolution.
+        images: the camera's image of the board on each stand, at the intrinsics' resolution.
         board: the chessboard.
         intrinsics: the camera's calibrated intrinsics.
-        board_pos: board-centre position in the world frame (3,).
-        board_rpy: board roll-pitch-yaw in the world frame (3,).
+        stands: (board-centre position (3,), roll-pitch-yaw (3,)) in the world frame, one per image.
         camera: camera name, used only in error messages.
 
     Returns:
         Camera position (3,) and roll-pitch-yaw (3,) in the world frame, MuJoCo camera convention.
 
     Raises:
-        CalibrationError: image shape not the intrinsics' resolution, or the board not found.
+        CalibrationError: an image not at the intrinsics' resolution, images and stands of different counts, or the
+            board found in none of the images.
     """
     where = f"camera {camera!r}: " if camera else ""
+    images, stands = list(images), list(stands)
+    if len(images) != len(stands) or not images:
+        raise CalibrationError(f"{where}{len(images)} fixture images for {len(stands)} stands: expected one image per "
+                               "stand, at least one")
     expected = (intrinsics.height, intrinsics.width)
-    if np.shape(image)[:2] != expected:
-        raise CalibrationError(f"{where}image shape {np.shape(image)!r}: expected {expected} (height, width), the "
-                               "resolution the intrinsics were calibrated at")
-    found = _board_edges(image, board)
-    if found is None:
-        raise CalibrationError(f"{where}the board was not found in the fixture image: expected all "
-                               f"{board.inner_corners[0]} x {board.inner_corners[1]} inner corners in view")
-    obj = board.corner_points()
-    normalised = _normalise(found.corners, intrinsics)
-    ok, rvecs, tvecs, _ = cv2.solvePnPGeneric(obj, normalised, np.eye(3), np.zeros(5), flags=cv2.SOLVEPNP_IPPE)
-    if not ok:
-        raise CalibrationError(f"{where}no board pose fits the fixture image's corners")
-    best = min(zip(rvecs, tvecs), key=lambda rt: _pnp_error(obj, normalised, *rt))
-    rvec, tvec = cv2.solvePnPRefineLM(obj, normalised, np.eye(3), np.zeros(5), best[0].copy(), best[1].copy())
-    r_cam_board = cv2.Rodrigues(rvec)[0]
-    t_cam_board = tvec.ravel()
-    r_world_board = rpy_to_mat(board_rpy)
+    world, normalised, start = [], [], None
+    for image, (board_pos, board_rpy) in zip(images, stands):
+        if np.shape(image)[:2] != expected:
+            raise CalibrationError(f"{where}image shape {np.shape(image)!r}: expected {expected} (height, width), the "
+                                   "resolution the intrinsics were calibrated at")
+        found = _board_edges(image, board)
+        if found is None:
+            continue
+        pts = _normalise(found.corners, intrinsics)
+        r_cam_board, t_cam_board = _board_pose(pts, board, where)
+        r_world_board = rpy_to_mat(board_rpy)
+        view = _camera_from_board(r_cam_board, t_cam_board, r_world_board, np.asarray(board_pos, dtype=np.float64))
+        if view is None:
+            continue
+        r_wc, pos, sym = view
+        world.append(np.asarray(board_pos, dtype=np.float64) + board.corner_points() @ (r_world_board @ sym).T)
+        normalised.append(pts)
+        start = start or (r_wc, pos)
+    if start is None:
+        raise CalibrationError(f"{where}the board was not found in any of the {len(images)} fixture images: expected "
+                               f"all {board.inner_corners[0]} x {board.inner_corners[1]} inner corners in view")
+    r_wc, pos = start
+    world_pts, pts = np.concatenate(world), np.concatenate(normalised)
+    rvec, tvec = cv2.Rodrigues(r_wc.T)[0], (-r_wc.T @ pos).reshape(3, 1)
+    rvec, tvec = cv2.solvePnPRefineLM(world_pts, pts, np.eye(3), np.zeros(5), rvec, tvec)
+    r_cw = cv2.Rodrigues(rvec)[0]  # OpenCV camera <- world
     flip = np.diag([1.0, -1.0, -1.0])  # OpenCV camera axes -> MuJoCo camera axes
+    return -r_cw.T @ tvec.ravel(), mat_to_rpy(r_cw.T @ flip)
+
+
+def _board_pose(pts: np.ndarray, board: BoardCfg, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """The board's pose in the OpenCV camera frame from its corners' normalised image points."""
+    obj = board.corner_points()
+    ok, rvecs, tvecs, _ = cv2.solvePnPGeneric(obj, pts, np.eye(3), np.zeros(5), flags=cv2.SOLVEPNP_IPPE)
+    if not ok:
+        raise CalibrationError(f"{where}no board pose fits a fixture image's corners")
+    best = min(zip(rvecs, tvecs), key=lambda rt: _pnp_error(obj, pts, *rt))
+    rvec, tvec = cv2.solvePnPRefineLM(obj, pts, np.eye(3), np.zeros(5), best[0].copy(), best[1].copy())
+    return cv2.Rodrigues(rvec)[0], tvec.ravel()
+
+
+def _camera_from_board(r_cam_board, t_cam_board, r_world_board, board_pos):
+    """(world <- OpenCV camera rotation, camera position, board symmetry) for one view of the board on a stand, or
+    None. The corners map onto themselves turned half a turn about the board's z, x or y: of those readings, the one
+    whose printed face (board +z) points toward the camera and whose image up is closest to world up."""
     candidates = []
-    # The board's symmetries: the corners map onto themselves turned half a turn about the board's z, x or y.
     for sym in (np.eye(3), np.diag([-1.0, -1.0, 1.0]), np.diag([1.0, -1.0, -1.0]), np.diag([-1.0, 1.0, -1.0])):
         r_cb = r_cam_board @ sym
-        if r_cb[:, 2] @ t_cam_board >= 0:  # printed face (board +z) must point toward the camera
+        if r_cb[:, 2] @ t_cam_board >= 0:
             continue
-        r_wc = r_world_board @ r_cb.T  # world <- OpenCV camera
-        pos = np.asarray(board_pos, dtype=np.float64) - r_wc @ t_cam_board
-        candidates.append((r_wc @ flip, pos))
-    r_world_cam, pos = max(candidates, key=lambda c: c[0][2, 1])  # camera +y (image up) closest to world up
-    return pos, mat_to_rpy(r_world_cam)
+        r_wc = r_world_board @ r_cb.T
+        candidates.append((r_wc, board_pos - r_wc @ t_cam_board, sym))
+    if not candidates:
+        return None
+    return min(candidates, key=lambda c: c[0][2, 1])  # OpenCV's image down (+y) closest to world down
 
 
 def _normalise(corners: np.ndarray, intr: IntrinsicsEstimate) -> np.ndarray:

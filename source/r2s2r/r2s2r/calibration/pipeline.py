@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from r2s2r.calibration import CalibrationError
+from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import World, calibrated_paths, get_path
 
@@ -143,7 +144,7 @@ def _read_session(s: _Session, cell: CellCfg) -> dict:
             s.fail(f"dataset '{base}/views'", f"has shape {views.shape}", "square images (N, S, S, 3)")
         entry = {"views": views, "seed": s.number(base, "seed", integer=True, low=0, high=2**32 - 1)}
         if "fixture" in s.f[base]:
-            entry["fixture"] = s.array(f"{base}/fixture", (size, size, 3), "uint8")
+            entry["fixture"] = s.array(f"{base}/fixture", (len(BOARD_FIXTURE_POSES), size, size, 3), "uint8")
         else:
             seeds = np.asarray(s.attr(base, "exposure_seeds"))
             if (seeds.ndim != 1 or len(seeds) == 0 or seeds.dtype.kind not in "iu"
@@ -199,7 +200,6 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     from r2s2r.calibration import actuators, appearance, belt, camera, checks, kinematics, registration
     from r2s2r.calibration.rig import (CORNER_NOISE_PX, ENCODER_RESOLUTION, OBJECT_TRACKER_NOISE, SCALE_NOISE,
                                        TRACKER_NOISE, SimRig)
-    from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY
 
     step = progress or (lambda what: None)
     cell = start.cell
@@ -293,9 +293,9 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         if "fixture" in data:
             with stage(f"cameras/{cam.name}/fixture"):
                 reference_fixture = reference_rig.board_on_fixture(cam.name, size, size)
-                exposure = camera.estimate_exposure(data["fixture"], reference_fixture, board, camera=cam.name)
-                pos, rpy = camera.estimate_extrinsics(data["fixture"], board, intr, BOARD_FIXTURE_POS,
-                                                      BOARD_FIXTURE_RPY, camera=cam.name)
+                exposure = camera.estimate_exposure(data["fixture"][0], reference_fixture[0], board, camera=cam.name)
+                pos, rpy = camera.estimate_extrinsics(data["fixture"], board, intr, BOARD_FIXTURE_POSES,
+                                                      camera=cam.name)
             pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
         else:
             with stage(f"cameras/{cam.name}/exposure_views"):

@@ -14,7 +14,7 @@ import zlib
 import mujoco
 import numpy as np
 
-from r2s2r.cell.fiducials import BOARD_FIXTURE_POS, BOARD_FIXTURE_RPY, conveyor_points, robot_base_points
+from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES, conveyor_points, robot_base_points
 from r2s2r.cell.spec import BoardCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
@@ -127,13 +127,15 @@ class SimRig:
         return True
 
     def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
-        d = self.sim.home()
-        d.mocap_pos[self.board_mocap] = BOARD_FIXTURE_POS
-        d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(BOARD_FIXTURE_RPY))
-        mujoco.mj_forward(self.model, d)
-        image = self._render(camera, width, height, np.random.default_rng(0))
+        images = []
+        for pos, rpy in BOARD_FIXTURE_POSES:
+            d = self.sim.home()
+            d.mocap_pos[self.board_mocap] = pos
+            d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(rpy))
+            mujoco.mj_forward(self.model, d)
+            images.append(self._render(camera, width, height, np.random.default_rng(len(images))))
         self.sim.home()
-        return image
+        return np.stack(images)
 
     def scene_images(self, camera: str, count: int, width: int, height: int,
                      seed: int) -> list[tuple[np.ndarray, dict]]:

@@ -59,7 +59,8 @@ class CalibrationRig(ABC):
 
     @abstractmethod
     def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
-        """An image of the chessboard lying on the floor fixture at its surveyed pose (for extrinsics)."""
+        """Images (K, H, W, 3) of the chessboard on each of its K surveyed stands (`cell.fiducials.BOARD_FIXTURE_POSES`,
+        in that order; for extrinsics and exposure)."""
 
     @abstractmethod
     def survey(self) -> dict[str, np.ndarray]:
