@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,7 +172,6 @@ class GraspGenerator:
 
     def __init__(self, model: mujoco.MjModel, cfg: GraspGeneratorCfg | None = None, cache: bool = False):
         self.cfg = (cfg or GraspGeneratorCfg()).validate()
-        self.cache = cache
         # A copy whose hand geoms report contacts out to `contact_distance`: touching is decided by distance.
         self.model = copy.deepcopy(model)
         m = self.model
@@ -200,6 +200,16 @@ class GraspGenerator:
         mujoco.mj_kinematics(m, self.data)
         self.site_pos = self.data.site_xpos[self.site].copy()
         self.site_rot = self.data.site_xmat[self.site].reshape(3, 3).copy()
+        # The disk cache's key for this model: the geometry grasps depend on (not colours or lights), the settings,
+        # this module's source and MuJoCo's version. None: no disk cache.
+        self.cache_key = None
+        if cache:
+            key = hashlib.sha256(repr((self.cfg, mujoco.__version__, _SOURCE_DIGEST)).encode())
+            for array in (m.geom_type, m.geom_size, m.geom_pos, m.geom_quat, m.geom_bodyid, m.geom_friction,
+                          m.geom_margin, m.geom_contype, m.geom_conaffinity, m.body_pos, m.body_quat, m.body_parentid,
+                          m.jnt_type, m.jnt_axis, m.jnt_pos, m.jnt_range, m.site_pos, m.site_quat, m.key_qpos):
+                key.update(np.ascontiguousarray(array).tobytes())
+            self.cache_key = key
 
     def _descends(self, body: int, root: int) -> bool:
         while body != 0:
@@ -213,14 +223,10 @@ class GraspGenerator:
         """All refined candidates for `obj`, best first (from the disk cache where it holds them)."""
         if obj.shape not in SHAPES:
             raise ValueError(f"object.shape = {obj.shape!r}: expected one of {', '.join(SHAPES)}")
-        if not self.cache:
+        if self.cache_key is None:
             return self._synthesize(obj)
-        what = hashlib.sha256(repr((obj, self.cfg, mujoco.__version__, _SOURCE_DIGEST)).encode())
-        m = self.model
-        for array in (m.geom_type, m.geom_size, m.geom_pos, m.geom_quat, m.geom_bodyid, m.geom_friction, m.geom_margin,
-                      m.geom_contype, m.geom_conaffinity, m.body_pos, m.body_quat, m.body_parentid, m.jnt_type,
-                      m.jnt_axis, m.jnt_pos, m.jnt_range, m.site_pos, m.site_quat, m.key_qpos):
-            what.update(np.ascontiguousarray(array).tobytes())  # the geometry grasps depend on (not colours, lights)
+        what = self.cache_key.copy()
+        what.update(repr(obj).encode())
         path = cache_dir() / "grasps" / f"{what.hexdigest()[:24]}.npz"
         cached = _read_grasps(path)
         if cached is None:
@@ -357,7 +363,7 @@ def _read_grasps(path: Path) -> list[Grasp] | None:
     try:
         with np.load(path) as f:
             columns = {name: f[name] for name in _FIELDS}
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
         return None
     return [Grasp(**{name: columns[name][i] if columns[name].ndim > 1 else columns[name][i].item()
                      for name in _FIELDS}) for i in range(len(columns["score"]))]

@@ -58,10 +58,6 @@ class SimRig:
     def _lens(self, camera: str):
         return next(c.lens for c in self.cell.cameras if c.name == camera)
 
-    def _render(self, camera: str, width: int, height: int, rng: np.random.Generator) -> np.ndarray:
-        with self._renderer(camera, width, height) as renderer:
-            return renderer.render(self.physics, rng=rng)[camera]["rgb"][0]
-
     # -- cameras ---------------------------------------------------------------------------------------------
     def board_views(self, camera: str, count: int, width: int, height: int, seed: int) -> list[np.ndarray]:
         # Board poses and sensor noise draw from separate streams, so the same seed gives the same poses in any
@@ -128,12 +124,13 @@ class SimRig:
 
     def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
         images = []
-        for pos, rpy in BOARD_FIXTURE_POSES:
-            d = self.sim.home()
-            d.mocap_pos[self.board_mocap] = pos
-            d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(rpy))
-            mujoco.mj_forward(self.model, d)
-            images.append(self._render(camera, width, height, np.random.default_rng(len(images))))
+        with self._renderer(camera, width, height) as renderer:
+            for pos, rpy in BOARD_FIXTURE_POSES:
+                d = self.sim.home()
+                d.mocap_pos[self.board_mocap] = pos
+                d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(rpy))
+                mujoco.mj_forward(self.model, d)
+                images.append(renderer.render(self.physics, rng=np.random.default_rng(len(images)))[camera]["rgb"][0])
         self.sim.home()
         return np.stack(images)
 
