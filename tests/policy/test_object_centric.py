@@ -191,7 +191,7 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     assert all(torch.equal(first[k], second[k]) for k in first if k.startswith("estimator."))
     assert second["head.net.0.weight"].shape[0] == 32
     # object_centric.estimator_from: a head trained on other data keeps another run's estimator (its policy.pt
-    # here) untouched; an estimator of another shape, or a file that is no object-centric checkpoint, is refused
+    # here) untouched; an estimator of another shape, or a missing checkpoint, is refused
     # before any data is loaded.
     other_data = [(policy_datasets["real"], 1.0)]
     kept = ObjectCentricTrainer(compose_train_cfg(oc_overrides(
