@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-from scipy.special import erf
+from scipy.special import ndtr
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.cell.spec import BoardCfg
@@ -76,6 +76,7 @@ VIEW_OUTLIER_FACTOR = 2.0
 VIEW_OUTLIER_FLOOR_PX = 0.1
 # A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
 PATTERN_CONTRAST = 0.35
+_SQRT_2PI = float(np.sqrt(2.0 * np.pi))
 _CACHE_SIZE = 256  # board measurements kept, keyed by image content (estimators often see the same images twice)
 
 
@@ -311,10 +312,10 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     m = max(2, prof.shape[1] // 6)
     lo, hi = prof[:, :m].mean(1), prof[:, -m:].mean(1)
     sign = np.where(hi >= lo, 1.0, -1.0)
-    # The chessboard across the line, 1 beyond the minus edge on a rising profile: steps at the minus neighbour,
-    # the edge and the plus neighbour.
-    steps = np.stack([-sign, sign, -sign], axis=1)
-    base = (sign > 0).astype(np.float64)
+    # The chessboard across the line, 1 beyond the minus edge on a rising profile: steps of sign -1, +1, -1 (times
+    # the profile's sign) at the minus neighbour, the edge and the plus neighbour.
+    s = sign[:, None]
+    base = (sign > 0).astype(np.float64)[:, None]
     weight = (prof < SATURATED).astype(np.float64)
     dark, light = np.minimum(lo, hi), np.maximum(lo, hi)
     margin_amp = np.zeros(len(prof))
@@ -322,21 +323,20 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     sigma = np.full(len(prof), sigma0)
     half = offs[:, -1]
     resid = np.zeros_like(prof)
-    below, above = (outer < 0)[:, None], (outer > 0)[:, None]
+    # The margin beyond an outer square: below the minus neighbour or above the plus one; nothing inside.
+    below, above = (outer < 0).astype(np.float64)[:, None], (outer > 0).astype(np.float64)[:, None]
     for _ in range(MAX_GAUSS_NEWTON_STEPS):
-        centres = np.stack([minus, np.zeros_like(edge), plus], axis=1) + edge[:, None]
-        u = (offs[:, None, :] - centres[:, :, None]) / sigma[:, None, None]
-        cdf = 0.5 * (1.0 + erf(u / np.sqrt(2.0)))
-        pdf = np.exp(-0.5 * u * u) / np.sqrt(2.0 * np.pi)
-        pattern = base[:, None] + (steps[:, :, None] * cdf).sum(axis=1)
+        inv_sigma = 1.0 / sigma[:, None]
+        u0, u1, u2 = ((offs - (c + edge)[:, None]) * inv_sigma for c in (minus, 0.0, plus))
+        (c0, c1, c2), (p0, p1, p2) = ndtr(np.stack([u0, u1, u2])), np.exp(-0.5 * np.stack([u0, u1, u2]) ** 2)
+        p0, p1, p2 = p0 / _SQRT_2PI, p1 / _SQRT_2PI, p2 / _SQRT_2PI
+        pattern = base + s * (c1 - c0 - c2)
         scale = (light - dark)[:, None]
-        # The margin beyond an outer square: below the minus neighbour or above the plus one; nothing inside.
-        margin = np.where(below, 1.0 - cdf[:, 0], 0.0) + np.where(above, cdf[:, 2], 0.0)
-        d_margin = np.where(below, pdf[:, 0] * u[:, 0], 0.0) - np.where(above, pdf[:, 2] * u[:, 2], 0.0)
+        margin = below * (1.0 - c0) + above * c2
         model = dark[:, None] + scale * pattern + margin_amp[:, None] * margin
-        d_margin_edge = np.where(below, pdf[:, 0], 0.0) - np.where(above, pdf[:, 2], 0.0)
-        d_edge = (-scale * (steps[:, :, None] * pdf).sum(axis=1) + margin_amp[:, None] * d_margin_edge) / sigma[:, None]
-        d_sigma = (-scale * (steps[:, :, None] * pdf * u).sum(axis=1) + margin_amp[:, None] * d_margin) / sigma[:, None]
+        amp = margin_amp[:, None]
+        d_edge = (-scale * s * (p1 - p0 - p2) + amp * (below * p0 - above * p2)) * inv_sigma
+        d_sigma = (-scale * s * (p1 * u1 - p0 * u0 - p2 * u2) + amp * (below * p0 * u0 - above * p2 * u2)) * inv_sigma
         resid = (prof - model) * weight
         jac = np.stack([d_edge, d_sigma, 1.0 - pattern, pattern, margin], axis=2) * weight[:, :, None]
         jt = jac.transpose(0, 2, 1)
