@@ -6,7 +6,7 @@ Examples:
 
 What is recorded is what a calibration crew collects on hardware, and nothing else:
   cameras/<cam>/views     chessboard images held at many poses (intrinsics, distortion, blur)
-  cameras/<cam>/fixture   the chessboard on each of its surveyed stands (head-camera extrinsics; exposure on the first)
+  cameras/<cam>/fixture   the chessboard on each of its surveyed stands (head-camera extrinsics and exposure)
   cameras/<cam>/exposure_views   single views under known seeds (wrist-camera exposure)
   survey/<part>           tracker measurements of the fiducials on the robot base and the conveyor
   kinematics/{q,flange}   encoder readings and tracker-measured flange positions at many arm configurations

@@ -293,7 +293,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         if "fixture" in data:
             with stage(f"cameras/{cam.name}/fixture"):
                 reference_fixture = reference_rig.board_on_fixture(cam.name, size, size)
-                exposure = camera.estimate_exposure(data["fixture"][0], reference_fixture[0], board, camera=cam.name)
+                exposure = _median_exposure(camera, data["fixture"], reference_fixture, board, cam.name)
                 pos, rpy = camera.estimate_extrinsics(data["fixture"], board, intr, BOARD_FIXTURE_POSES,
                                                       camera=cam.name)
             pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))

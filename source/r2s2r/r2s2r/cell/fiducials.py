@@ -29,7 +29,7 @@ def conveyor_points(belt: BeltCfg) -> np.ndarray:
 # roll-pitch-yaw in the world frame, the printed face turned toward the head cameras. Surveyed once when the cell was
 # installed. Several stands at different depths and sides: one board spanning ~110 px at 512 px put the head cameras
 # 1.2-4.5 mm and up to 0.37 deg off on the two truths (the focal error trades against depth); all of them together
-# 0.1-2.0 mm and below 0.09 deg. The first stand is also where exposure is measured.
+# 0.1-2.0 mm and below 0.09 deg. Exposure is the median over the stands where the board is found.
 BOARD_FIXTURE_POSES = (
     ((0.0, -0.36, 0.45), (0.53, 0.0, 0.0)),
     ((0.0, -0.45, 0.60), (0.70, 0.0, 0.0)),  # further and higher: the board spans more of the image
