@@ -84,7 +84,7 @@ def test_views_rendered_from_the_stored_states_are_those_rendered_during_the_ste
     np.testing.assert_array_equal(stored[0], oracle[0])
     differs = np.abs(stored - oracle).max(axis=-1) > 10
     a_step_apart = np.abs(stored[1:] - oracle[:-1]).max(axis=-1) > 10  # the same comparison, 50 ms off
-    assert differs.mean() < 0.01 and a_step_apart.mean() > 5 * differs.mean(), (differs.mean(), a_step_apart.mean())
+    assert differs.mean() < 0.02 and a_step_apart.mean() > 5 * differs.mean(), (differs.mean(), a_step_apart.mean())
 
 
 def test_a_killed_run_resumes_on_two_workers_to_the_same_dataset(serial, real_demos, tmp_path):

@@ -63,8 +63,8 @@ def world_to_cv(data: mujoco.MjData, cam_id: int, points: np.ndarray) -> np.ndar
 def ray_depth(model: mujoco.MjModel, data: mujoco.MjData, cam_id: int, dir_cv: np.ndarray) -> float:
     """Distance along the optical axis to the first surface on a ray (OpenCV camera frame), by mj_ray; 0 if none.
 
-    Surfaces met from behind are skipped, as both renderers cull back faces: the wrist cameras sit inside
-    link7's collision capsule, and mj_ray would report the capsule's inside wall.
+    Surfaces met from behind are skipped, as both renderers cull back faces: from a camera inside a geom, mj_ray
+    would report the geom's inside wall.
     """
     dir_cv = np.asarray(dir_cv, dtype=np.float64) / np.linalg.norm(dir_cv)
     dir_world = data.cam_xmat[cam_id].reshape(3, 3) @ (dir_cv * np.array([1.0, -1.0, -1.0]))

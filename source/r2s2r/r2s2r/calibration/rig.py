@@ -113,12 +113,11 @@ class SimRig:
                 inside = abs(u) * lens.fx < 0.45 and abs(v) * lens.fy < 0.45
             if not inside:
                 return False
-            # Cast from the board toward the lens: anything hit more than 5 cm before the lens hides the corner
-            # (a wrist camera sits inside its link's collision capsule, which it does not see from inside).
+            # Cast from the board toward the lens: anything hit before it hides the corner.
             back = cam_pos - point
             length = np.linalg.norm(back)
             dist = mujoco.mj_ray(m, d, point, back / length, None, 1, board_body, geomid)
-            if geomid[0] >= 0 and dist < length - 0.05:
+            if geomid[0] >= 0 and dist < length - 0.001:
                 return False
         return True
 

@@ -420,10 +420,14 @@ def _default_cameras() -> tuple[CameraCfg, ...]:
     half = STEREO_BASELINE / 2
     yaw = head_rpy[2]
     dx, dy = math.cos(yaw) * half, math.sin(yaw) * half
-    # Wrist cameras sit behind the back of the palm (the palm's volar normal is +x, fingers along +z), looking
-    # along the fingers and tilted 10 degrees toward the palm side so the view clears the palm's back.
-    tilt = math.radians(10)
-    wrist_pose = Pose((-0.045, 0.0, 0.0), look_rpy((math.sin(tilt), 0.0, math.cos(tilt)), (-1.0, 0.0, 0.0)))
+    # Wrist cameras ride on a ring at the flange, on the palm side (the palm's volar normal is +x, fingers along +z):
+    # 6 cm from the wrist axis, just clear of link 7 (5 cm radius), and 2 cm short of the palm's heel, looking along
+    # the fingers tilted 20 degrees toward the palm side, image up toward the back of the hand. From there the object
+    # stays in view through the approach, the descent and the closure (measured on the twin's demos: in every control
+    # step of the last second before the hand closes; tests/cell/test_wrist_camera.py). A camera behind the palm saw
+    # it in none of those steps: the palm was in the way.
+    tilt = math.radians(20)
+    wrist_pose = Pose((0.06, 0.0, -0.02), look_rpy((math.sin(tilt), 0.0, math.cos(tilt)), (-1.0, 0.0, 0.0)))
     return (
         CameraCfg("head_left", "world", Pose((HEAD_POS[0] - dx, HEAD_POS[1] - dy, HEAD_POS[2]), head_rpy), HEAD_LENS),
         CameraCfg("head_right", "world", Pose((HEAD_POS[0] + dx, HEAD_POS[1] + dy, HEAD_POS[2]), head_rpy), HEAD_LENS),

@@ -30,8 +30,8 @@ from r2s2r.render.base import RenderBackend
 
 MULTISAMPLES = 4
 SHADOW_MAP_SIZE = 1024
-# Near clipping distance (m). The model's (znear * extent, 15 mm in the cell) would clip the palm's back edge,
-# which the wrist cameras see from a few millimetres away and which a ray tracer (and a real camera) shows.
+# Near clipping distance (m). The model's (znear * extent, 15 mm in the cell) would clip what a wrist camera sees
+# within a centimetre or two (its own hand's fingers as they close), which a ray tracer (and a real camera) shows.
 # Reversed-Z float depth keeps sub-millimetre precision over the whole range even with a near plane this close.
 NEAR_CLIP = 0.001
 

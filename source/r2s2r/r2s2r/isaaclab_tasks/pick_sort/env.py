@@ -80,9 +80,9 @@ class NewtonLooks:
     MuJoCo draws every geom of the cell (groups 0-2). Isaac Lab imports the stage with Newton's
     `hide_collision_shapes`, which hides a collider on any body that also has a visual-only geom: the arm links'
     capsules (beside their joint rings) and the belt's surface (under its slats). Those are shown again, except to
-    a camera inside them: each wrist camera lies 3 mm within its link 7 capsule, a surface the reference's renderers
-    do not draw from inside (GL culls back faces; MuJoCo Warp's ray tracer skips it) while Newton's ray tracer
-    would fill that camera's view with it."""
+    a camera inside one (a camera mounted within a link's capsule): the reference's renderers do not draw a surface
+    from inside (GL culls back faces; MuJoCo Warp's ray tracer skips it) while Newton's ray tracer would fill that
+    camera's view with it."""
 
     def __init__(self, manager, model: mujoco.MjModel, env_paths: list[str], cameras: list[str]):
         self.manager = manager  # Isaac Lab's Newton manager: the Newton model and state
