@@ -139,10 +139,11 @@ def reference(tmp_path_factory, real_demos):
     return out, time.monotonic() - started
 
 
-@pytest.fixture
-def cluster(tmp_path):
-    hidden = tmp_path / "out"
-    hidden.mkdir()
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for the module (a node takes seconds to start): the lost-node test, which kills the second node,
+    comes last. Each test writes under its own folder of the hidden one."""
+    hidden = tmp_path_factory.mktemp("out")
     c = Cluster(hidden)
     try:
         c.head = c.start_node(head=True)
@@ -152,28 +153,30 @@ def cluster(tmp_path):
         c.stop()
 
 
-def generate_args(c: Cluster, source: Path) -> list[str]:
+def generate_args(c: Cluster, out: Path, source: Path) -> list[str]:
+    """generate.py on the cluster, writing the dataset and its chunk log into `out` (a folder the nodes cannot see)."""
+    out.mkdir()
     return [sys.executable, str(ROOT / "scripts" / "generate.py"), "--task", CLUSTER_TASK, "--num-trajectories",
-            str(N), "--seed", str(SEED), "--output", str(c.hidden / "sim.hdf5"), "--log-json",
-            str(c.hidden / "chunks.jsonl"), "--no-progress", "--ray-address", c.address, *SMALL,
-            f"generator.source={source}"]
+            str(N), "--seed", str(SEED), "--output", str(out / "sim.hdf5"), "--log-json", str(out / "chunks.jsonl"),
+            "--no-progress", "--ray-address", c.address, *SMALL, f"generator.source={source}"]
 
 
 @pytest.mark.ray
 def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(reference, cluster, real_demos):
+    out = cluster.hidden / "two_nodes"
     started = time.monotonic()
-    r = subprocess.run(generate_args(cluster, real_demos), capture_output=True, text=True, env=ENV, cwd=ROOT,
+    r = subprocess.run(generate_args(cluster, out, real_demos), capture_output=True, text=True, env=ENV, cwd=ROOT,
                        timeout=600)
     wall = time.monotonic() - started
     assert r.returncode == 0, r.stderr[-3000:]
-    assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
-    lines = log_lines(cluster.hidden / "chunks.jsonl")
+    assert_same_demos(dataset_contents(reference[0]), dataset_contents(out / "sim.hdf5"))
+    lines = log_lines(out / "chunks.jsonl")
     assert len({line["node"] for line in lines}) == 2  # both nodes finished chunks
     chunks = [line["chunk"] for line in lines]
     assert len(chunks) == len(set(chunks)) and lines[-1]["total"]["admitted"] == N
     for line in lines:
         assert line["attempted"] == 1 and line["seconds"] > 0 and line["worker"] and not line["reused"]
-    assert not (cluster.hidden / "sim.hdf5.shards").exists()
+    assert not (out / "sim.hdf5.shards").exists()
     if cluster.isolated:  # the output folder as the nodes see it: empty
         for temp in (cluster.head, cluster.second):
             seen = Path(f"/proc/{cluster.raylet(temp)}/root") / cluster.hidden.relative_to("/")
@@ -186,7 +189,8 @@ def test_two_nodes_without_the_output_folder_make_the_one_process_dataset(refere
 
 @pytest.mark.ray
 def test_a_lost_node_loses_no_trajectory(reference, cluster, real_demos):
-    proc = subprocess.Popen(generate_args(cluster, real_demos), env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+    out = cluster.hidden / "lost_node"
+    proc = subprocess.Popen(generate_args(cluster, out, real_demos), env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
         scratch = cluster.second / "scratch" / "r2s2r-chunks"
@@ -204,8 +208,8 @@ def test_a_lost_node_loses_no_trajectory(reference, cluster, real_demos):
     # (The lost node's worker may still finish its chunk locally after the raylet dies; nothing of it arrives.)
     assert proc.returncode == 0, stderr[-3000:]
     # Every requested trajectory, each once, the same as one process makes them.
-    assert_same_demos(dataset_contents(reference[0]), dataset_contents(cluster.hidden / "sim.hdf5"))
-    lines = log_lines(cluster.hidden / "chunks.jsonl")
+    assert_same_demos(dataset_contents(reference[0]), dataset_contents(out / "sim.hdf5"))
+    lines = log_lines(out / "chunks.jsonl")
     chunks = [line["chunk"] for line in lines]
     assert len(chunks) == len(set(chunks))  # each chunk's shard written once
     assert len({line["node"] for line in lines}) == 1  # the lost node's chunk was redone on the head
