@@ -2,11 +2,11 @@
 wrist camera's image, not hidden behind the hand or the arm, in every control step of the last second before the
 hand closes on it."""
 
-import h5py
 import mujoco
 import numpy as np
 
 from r2s2r.control.grasp import HAND_CLOSED
+from r2s2r.data import DemoReader
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
@@ -16,8 +16,8 @@ LAST_SECOND = 20  # control steps at 20 Hz
 
 
 def closure_step(actions: np.ndarray) -> int:
-    """The first step whose hand command is more than half-way closed."""
-    closing = (actions[:, 7:] / HAND_CLOSED.clip(min=1e-9)).max(axis=1) > 0.5
+    """The first step whose hand command is more than half-way from open (all zero) to closed."""
+    closing = actions[:, 7:] @ HAND_CLOSED / (HAND_CLOSED @ HAND_CLOSED) > 0.5
     return int(np.argmax(closing))
 
 
@@ -46,16 +46,16 @@ def seen_points(env: PickSortEnv, lens: CameraModel) -> int:
 def test_the_object_is_in_the_wrist_view_through_the_last_second_before_closure(real_demos):
     env = PickSortEnv(world="reality", cameras=())
     lens = CameraModel(next(c.lens for c in env.cell.cameras if c.name == CAMERA), SIZE, SIZE)
-    with h5py.File(real_demos) as f:
-        demos = [f["data"][name] for name in sorted(f["data"])]
-        assert len(demos) >= 4
-        for demo in demos:
-            env.reset(seed=int(demo.attrs["seed"]), options={"condition": demo.attrs["condition"]})
-            assert env.obj.name == demo.attrs["object"]
-            states, close = demo["states"][()], closure_step(demo["actions"][()])
-            assert close >= LAST_SECOND, f"{demo.name}: the hand closes at step {close}"
+    with DemoReader(real_demos) as reader:
+        assert len(reader.names) >= 4
+        for name in reader.names:
+            attrs, demo = reader.attrs(name), reader.load(name)
+            env.reset(seed=attrs["seed"], options={"condition": attrs["condition"]})
+            assert env.obj.name == attrs["object"]
+            close = closure_step(demo["actions"])
+            assert close >= LAST_SECOND, f"{name}: the hand closes at step {close}"
             seen = []
-            for state in states[close - LAST_SECOND:close]:
+            for state in demo["states"][close - LAST_SECOND:close]:
                 env.set_state(state)
                 seen.append(seen_points(env, lens))
-            assert min(seen) >= 1, f"{demo.name} ({demo.attrs['object']}): points seen per step {seen}"
+            assert min(seen) >= 1, f"{name} ({attrs['object']}): points seen per step {seen}"

@@ -327,9 +327,9 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     below, above = (outer < 0).astype(np.float64)[:, None], (outer > 0).astype(np.float64)[:, None]
     for _ in range(MAX_GAUSS_NEWTON_STEPS):
         inv_sigma = 1.0 / sigma[:, None]
-        u0, u1, u2 = ((offs - (c + edge)[:, None]) * inv_sigma for c in (minus, 0.0, plus))
-        (c0, c1, c2), (p0, p1, p2) = ndtr(np.stack([u0, u1, u2])), np.exp(-0.5 * np.stack([u0, u1, u2]) ** 2)
-        p0, p1, p2 = p0 / _SQRT_2PI, p1 / _SQRT_2PI, p2 / _SQRT_2PI
+        u = np.stack([(offs - (c + edge)[:, None]) * inv_sigma for c in (minus, 0.0, plus)])
+        u0, u1, u2 = u
+        (c0, c1, c2), (p0, p1, p2) = ndtr(u), np.exp(-0.5 * u * u) / _SQRT_2PI
         pattern = base + s * (c1 - c0 - c2)
         scale = (light - dark)[:, None]
         margin = below * (1.0 - c0) + above * c2
