@@ -15,7 +15,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES, conveyor_points, robot_base_points
-from r2s2r.cell.spec import BoardCfg
+from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
@@ -26,6 +26,8 @@ OBJECT_TRACKER_NOISE = 0.0005  # m, per axis (camera-based object tracker)
 ENCODER_RESOLUTION = 2 * np.pi / 2**20  # rad (20-bit absolute encoders)
 SCALE_NOISE = 0.0005  # kg
 CALIBRATION_BOARD = BoardCfg()
+# The lenses the cell's cameras are bought with; the operator frames the board by these (SimRig.board_poses).
+_DATASHEET_LENSES = {c.name: c.lens for c in CellCfg().cameras}
 # Calibration images are drawn at a multiple of their size and resampled through the lens: a real sensor integrates
 # light over each pixel, while a single-sample render magnified by a fisheye's centre shows staircase edges that
 # bias corner positions. Measured against the true projection at 512 px: fisheye corner errors 0.5-0.9 px without
@@ -59,37 +61,61 @@ class SimRig:
         return next(c.lens for c in self.cell.cameras if c.name == camera)
 
     # -- cameras ---------------------------------------------------------------------------------------------
-    def board_views(self, camera: str, count: int, width: int, height: int, seed: int) -> list[np.ndarray]:
-        # Board poses and sensor noise draw from separate streams, so the same seed gives the same poses in any
-        # world with or without noise (a reference render then shows the board where the session saw it).
-        rng, noise_rng = np.random.default_rng(seed), np.random.default_rng((seed, 1))
+    def board_poses(self, camera: str, count: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Where the operator holds the board for `count` views: (position, rotation) in the camera's frame.
+
+        Poses are drawn from `seed` and kept when the operator, watching the live image, sees the whole pattern:
+        every outer corner inside the image of the camera's datasheet lens and not hidden by anything. The lens
+        is the datasheet's, not this world's, so every world (the recorded cell and the reference renders alike)
+        keeps the same poses for a seed, whatever its focal lengths; the 10 % margin the test leaves at the image
+        border holds the pattern in view through a real lens a few per cent off the datasheet."""
+        rng = np.random.default_rng(seed)
         d = self.sim.home()
         cam = self.model.camera(camera).id
         cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
         near = camera.endswith("_wrist")
-        lens = self._lens(camera)
+        lens = _DATASHEET_LENSES.get(camera, self._lens(camera))
+        poses = []
+        for _attempt in range(200 * count):
+            if len(poses) == count:
+                break
+            dist = rng.uniform(0.16, 0.3) if near else rng.uniform(0.45, 0.75)
+            # Where the operator aims the board centre, as a viewing angle from the optical axis.
+            max_angle = 0.9 if lens.model == "fisheye" else 0.35
+            angle, azimuth = rng.uniform(0, max_angle), rng.uniform(-np.pi, np.pi)
+            ray = np.array([np.sin(angle) * np.cos(azimuth), np.sin(angle) * np.sin(azimuth), -np.cos(angle)])
+            tilt = rng.uniform(-BOARD_TILT, BOARD_TILT, 2)
+            # Board face toward the camera (board z = camera +z), then tilted and turned by the operator.
+            pose = (ray * dist, rpy_to_mat((tilt[0], tilt[1], rng.uniform(-0.3, 0.3))))
+            self._place_board(d, cam_pos, cam_rot, pose)
+            if self._board_fully_visible(d, camera, lens):
+                poses.append(pose)
+        self.sim.home()
+        if len(poses) < count:
+            raise RuntimeError(f"{camera}: found only {len(poses)} of {count} board poses with the whole board in view")
+        return poses
+
+    def board_views(self, camera: str, count: int, width: int, height: int, seed: int) -> list[np.ndarray]:
+        # Board poses and sensor noise draw from separate streams, so the same seed gives the same poses in any
+        # world with or without noise (a reference render then shows the board where the session saw it).
+        poses = self.board_poses(camera, count, seed)
+        noise_rng = np.random.default_rng((seed, 1))
+        d = self.sim.home()
+        cam = self.model.camera(camera).id
+        cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
         images = []
         with self._renderer(camera, width, height) as renderer:
-            for _attempt in range(200 * count):
-                if len(images) == count:
-                    break
-                dist = rng.uniform(0.16, 0.3) if near else rng.uniform(0.45, 0.75)
-                # Where the operator aims the board centre, as a viewing angle from the optical axis.
-                max_angle = 0.9 if lens.model == "fisheye" else 0.35
-                angle, azimuth = rng.uniform(0, max_angle), rng.uniform(-np.pi, np.pi)
-                ray = np.array([np.sin(angle) * np.cos(azimuth), np.sin(angle) * np.sin(azimuth), -np.cos(angle)])
-                tilt = rng.uniform(-BOARD_TILT, BOARD_TILT, 2)
-                # Board face toward the camera (board z = camera +z), then tilted and turned by the operator.
-                rot = cam_rot @ rpy_to_mat((tilt[0], tilt[1], rng.uniform(-0.3, 0.3)))
-                d.mocap_pos[self.board_mocap] = cam_pos + cam_rot @ (ray * dist)
-                d.mocap_quat[self.board_mocap] = mat_to_quat(rot)
-                mujoco.mj_forward(self.model, d)
-                if self._board_fully_visible(d, camera, lens):  # the operator watches the live image
-                    images.append(renderer.render(self.physics, rng=noise_rng)[camera]["rgb"][0])
+            for pose in poses:
+                self._place_board(d, cam_pos, cam_rot, pose)
+                images.append(renderer.render(self.physics, rng=noise_rng)[camera]["rgb"][0])
         self.sim.home()
-        if len(images) < count:
-            raise RuntimeError(f"{camera}: found only {len(images)} of {count} board poses with the whole board in view")
         return images
+
+    def _place_board(self, d: mujoco.MjData, cam_pos: np.ndarray, cam_rot: np.ndarray, pose) -> None:
+        offset, rot = pose
+        d.mocap_pos[self.board_mocap] = cam_pos + cam_rot @ offset
+        d.mocap_quat[self.board_mocap] = mat_to_quat(cam_rot @ rot)
+        mujoco.mj_forward(self.model, d)
 
     def _board_fully_visible(self, d: mujoco.MjData, camera: str, lens) -> bool:
         """Every outer corner of the board's pattern is inside the image and not hidden behind anything."""
