@@ -90,6 +90,38 @@ def test_a_dataset_entry_can_take_the_first_demos_of_its_file(tmp_path, policy_d
                 extra=[f"data.datasets=[{{path: {policy_datasets['real']}, weight: 1.0, demos: -1}}]"])
 
 
+def test_a_dataset_entry_can_take_the_demos_of_some_conditions(tmp_path, policy_datasets):
+    """`conditions` keeps the demos recorded under the named reset conditions, in file order; a condition the file
+    does not hold, or one the task does not know, is refused naming the file and what it holds."""
+    import shutil
+
+    import h5py
+
+    cfg = cfg_for(tmp_path, policy_datasets)
+    path = tmp_path / "mixed.hdf5"
+    shutil.copy(policy_datasets["real"], path)
+    with h5py.File(path, "r+") as f:
+        names = sorted(f["data"])
+        f["data"][names[0]].attrs["condition"] = "belt_speed"  # demo 0 as if recorded on the fast belt
+    whole = load_dataset(DatasetCfg(path=str(path)), cfg.policy)
+    fast = load_dataset(DatasetCfg(path=str(path), conditions=("belt_speed", "combined")), cfg.policy)
+    nominal = load_dataset(DatasetCfg(path=str(path), conditions=("nominal",)), cfg.policy)
+    first = int(whole.demo_end[0]) + 1
+    assert (fast.num_demos, nominal.num_demos, whole.num_demos) == (1, whole.num_demos - 1, whole.num_demos)
+    np.testing.assert_array_equal(fast.actions, whole.actions[:first])
+    np.testing.assert_array_equal(nominal.actions, whole.actions[first:])
+    with pytest.raises(DatasetError, match=r"conditions = \['lighting'\] .*mixed.hdf5.*no demo was recorded under "
+                                           r"them; the file's conditions are \['belt_speed', 'nominal'\]"):
+        load_dataset(DatasetCfg(path=str(path), conditions=("lighting",)), cfg.policy)
+    with pytest.raises(ConfigError, match=r"data.datasets\[0\].conditions = \['fast'\] .*'fast' is not a reset "
+                                          r"condition; expected any of nominal, lighting"):
+        cfg_for(tmp_path, policy_datasets,
+                extra=[f"data.datasets=[{{path: {path}, weight: 1.0, conditions: [fast]}}]"])
+    composed = cfg_for(tmp_path, policy_datasets,
+                       extra=[f"data.datasets=[{{path: {path}, weight: 1.0, conditions: [belt_speed]}}]"])
+    assert tuple(composed.data.datasets[0].conditions) == ("belt_speed",)
+
+
 def test_the_twin_shows_a_deployed_policy_what_it_was_trained_on(tmp_path, policy_datasets):
     """Reset at a recorded demo's seed, the twin's first observation is the demo's first training sample, image and
     proprio alike: what the policy trains on and what it sees when played agree (camera, size, keys, order)."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r2s2r.core import ConfigError, apply_overrides, check_number, require
+from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS
 
 PROPRIO_KEYS = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")  # what a policy may observe
 DEFAULT_PROPRIO = PROPRIO_KEYS[:4]  # the flow transformer's (the robot's own state)
@@ -113,6 +114,10 @@ class DatasetCfg:
     # Train on the file's first `demos` demos (in demo order) instead of all of them, e.g. to measure success
     # against the number of demos from one recording; 0 takes every demo.
     demos: int = 0
+    # Only the demos recorded under these reset conditions (the demo's `condition` attribute, e.g. [belt_speed,
+    # combined]); empty takes every condition. Listing a file twice, once whole and once filtered, gives a
+    # condition its own share of each batch.
+    conditions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -261,6 +266,10 @@ class TrainCfg:
                 raise ConfigError(f"data.datasets[{i}].domain = {d.domain!r} ({d.path}): expected 'real', 'sim' "
                                   f"or '' (from the file)")
             check_number(f"data.datasets[{i}].demos", d.demos, 0, MAX_STEPS, integer=True)
+            unknown = [c for c in d.conditions if c not in CONDITIONS]
+            if unknown:
+                raise ConfigError(f"data.datasets[{i}].conditions = {list(d.conditions)!r} ({d.path}): "
+                                  f"{unknown[0]!r} is not a reset condition; expected any of {', '.join(CONDITIONS)}")
         if sum(d.weight for d in self.data.datasets) <= 0:
             raise ConfigError("data.datasets: every weight is 0; expected at least one dataset to sample from")
         check_number("data.random_shift", self.data.random_shift, 0, 64, integer=True, unit="pixels")
@@ -274,7 +283,7 @@ def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
     values = dict(values)
     datasets = values.get("data", {}).get("datasets", []) if isinstance(values.get("data"), dict) else []
     if not isinstance(datasets, list | tuple):
-        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain, demos}}")
+        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain, demos, conditions}}")
     entries = tuple(apply_overrides(DatasetCfg(), entry, f"data.datasets[{i}]") for i, entry in enumerate(datasets))
     if isinstance(values.get("data"), dict):
         values["data"] = {k: v for k, v in values["data"].items() if k != "datasets"}

@@ -77,10 +77,17 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         domain = entry.domain or ("real" if reader.env_name == REAL_TASK else "sim")
         if domain not in DOMAINS:
             raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
-        if entry.demos > len(reader.names):
-            raise DatasetError(f"data.datasets: demos = {entry.demos} ({path}): the file holds only "
-                               f"{len(reader.names)} demos")
-        names = reader.names[: entry.demos] if entry.demos else reader.names
+        names = reader.names
+        if entry.conditions:
+            recorded = {n: str(reader.attrs(n).get("condition", "unrecorded")) for n in names}
+            names = [n for n in names if recorded[n] in entry.conditions]
+            if not names:
+                raise DatasetError(f"data.datasets: conditions = {list(entry.conditions)} ({path}): no demo was "
+                                   f"recorded under them; the file's conditions are {sorted(set(recorded.values()))}")
+        if entry.demos > len(names):
+            raise DatasetError(f"data.datasets: demos = {entry.demos} ({path}): the file holds only {len(names)} "
+                               f"demos" + (f" under conditions {list(entry.conditions)}" if entry.conditions else ""))
+        names = names[: entry.demos] if entry.demos else names
         images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
         proprio, actions, starts, ends, labels = [], [], [], [], []
         offset = 0
