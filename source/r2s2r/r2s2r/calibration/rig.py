@@ -70,9 +70,7 @@ class SimRig:
         keeps the same poses for a seed, whatever its focal lengths; the 10 % margin the test leaves at the image
         border holds the pattern in view through a real lens a few per cent off the datasheet."""
         rng = np.random.default_rng(seed)
-        d = self.sim.home()
-        cam = self.model.camera(camera).id
-        cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
+        d, cam_pos, cam_rot = self._camera_at_home(camera)
         near = camera.endswith("_wrist")
         lens = _DATASHEET_LENSES.get(camera, self._lens(camera))
         poses = []
@@ -100,9 +98,7 @@ class SimRig:
         # world with or without noise (a reference render then shows the board where the session saw it).
         poses = self.board_poses(camera, count, seed)
         noise_rng = np.random.default_rng((seed, 1))
-        d = self.sim.home()
-        cam = self.model.camera(camera).id
-        cam_pos, cam_rot = d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
+        d, cam_pos, cam_rot = self._camera_at_home(camera)
         images = []
         with self._renderer(camera, width, height) as renderer:
             for pose in poses:
@@ -110,6 +106,12 @@ class SimRig:
                 images.append(renderer.render(self.physics, rng=noise_rng)[camera]["rgb"][0])
         self.sim.home()
         return images
+
+    def _camera_at_home(self, camera: str) -> tuple[mujoco.MjData, np.ndarray, np.ndarray]:
+        """The cell at home, and `camera`'s position and orientation there (copies)."""
+        d = self.sim.home()
+        cam = self.model.camera(camera).id
+        return d, d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
 
     def _place_board(self, d: mujoco.MjData, cam_pos: np.ndarray, cam_rot: np.ndarray, pose) -> None:
         offset, rot = pose
