@@ -19,7 +19,7 @@ from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
-from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, NEAR,
+from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          NEAR_FIELD, OFFSET, POS, SIZE, TRACKED_DIM, YAW,
                                          BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
@@ -39,8 +39,9 @@ def oc_overrides(run_dir, datasets, **extra) -> list[str]:
 
 def assert_hand_shift_keeps_the_world(trainer: ObjectCentricTrainer) -> None:
     """Hand-displacement augmentation moves the hand, not the world: drawn from the same samples with and without a
-    shift, the object's, its bin's and every target's absolute position (hand + offset) agree, the hand itself moved,
-    and the near-field input follows the shifted offset."""
+    shift, the object's, its bin's and every target's absolute position (anchor + offset: the hand's position, or
+    the tracked object's for object-relative targets) agree, the hand itself moved, and the near-field input follows
+    the shifted offset."""
     m = trainer.model
 
     def draw(fraction: float) -> tuple[np.ndarray, np.ndarray]:
@@ -57,7 +58,9 @@ def assert_hand_shift_keeps_the_world(trainer: ObjectCentricTrainer) -> None:
     assert np.all(np.linalg.norm(ee1 - ee0, axis=1) > 1e-4)
     for cols in (OFFSET, BIN_OFFSET):
         np.testing.assert_allclose(x1[:, cols] + ee1, x0[:, cols] + ee0, atol=1e-4)
-    np.testing.assert_allclose(y1[..., :3] + ee1[:, None], y0[..., :3] + ee0[:, None], atol=1e-4)
+    on_object = trainer.cfg.object_centric.action_frame == "object"
+    anchor0, anchor1 = ((x[:, OFFSET] + ee if on_object else ee) for x, ee in ((x0, ee0), (x1, ee1)))
+    np.testing.assert_allclose(y1[..., :3] + anchor1[:, None], y0[..., :3] + anchor0[:, None], atol=1e-4)
     np.testing.assert_allclose(y1[..., 3:], y0[..., 3:], atol=1e-5)
     np.testing.assert_allclose(x1[:, NEAR], NEAR_FIELD * np.tanh(x1[:, OFFSET] / NEAR_FIELD), atol=1e-5)
     untouched = np.ones(x0.shape[1], bool)
@@ -226,6 +229,44 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
         np.testing.assert_array_equal(runs[0], runs[1])
         with pytest.raises(ValueError, match="right_wrist"):
             agent.act({"proprio": obs["proprio"], "images": {}})
+    finally:
+        cell.close()
+    torch.set_num_threads(1)
+
+
+def test_object_relative_targets_lead_back_to_the_demos_actions_and_deploy_around_the_tracked_object(
+        tmp_path, policy_datasets):
+    """action_frame=object: every training target plus the tracked object position it was made relative to is the
+    demo's own absolute action, a displaced hand leaves the targets where they were, and the deployed agent adds its
+    tracker's object position (not the hand's) to the head's chunk."""
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(policy_datasets["real"], 1.0)], steps=10,
+                                         **{"object_centric.action_frame": "object"}))
+    trainer = ObjectCentricTrainer(cfg)
+    result = trainer.run(progress=False)
+    chunk = cfg.policy.chunk
+    for d, inputs, targets in zip(trainer.datasets, trainer.head_inputs, trainer.head_targets):
+        tracked = inputs[:, OFFSET] + inputs[:, HEAD_EE_POS]
+        steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
+        np.testing.assert_allclose(targets[..., :3] + tracked[:, None], d.actions[steps][..., :3], atol=1e-5)
+        np.testing.assert_array_equal(targets[..., 3:], d.actions[steps][..., 3:])
+        far = np.linalg.norm(inputs[:, OFFSET], axis=1) > 0.05  # the object is not in the hand: anchors differ
+        assert far.any()
+    assert_hand_shift_keeps_the_world(trainer)
+
+    agent = load_agent(result.checkpoint)
+    assert agent.action_frame == "object"
+    cell = TwinCell(**agent.env_overrides)
+    try:
+        obs = cell.reset(seed=10002)
+        agent.reset()
+        first = agent.act(obs)
+        tracked = agent.tracked[:3]
+        proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
+        ee = proprio[EE_POS]
+        planned = agent.policy.act_chunk(head_input(agent.tracked, ee, proprio)[None])[0]
+        np.testing.assert_allclose(first[:3], planned[0, :3] + tracked, atol=1e-6)
+        np.testing.assert_allclose(first[3:], planned[0, 3:], atol=1e-6)
+        assert np.linalg.norm(tracked - ee) > 0.05  # at reset the object is far from the hand: the anchors differ
     finally:
         cell.close()
     torch.set_num_threads(1)

@@ -110,4 +110,5 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
     policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
                                  oc.hidden, oc.dropout)
     load_weights(policy, payload, "model", path)
-    return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path))
+    return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path),
+                              action_frame=oc.action_frame)

@@ -190,6 +190,9 @@ class ObjectCentricCfg:
     # correct an approach that is off by about a centimetre; demos alone never leave the expert's path.
     hand_shift: tuple[float, float, float] = (0.015, 0.015, 0.005)
     hand_shift_fraction: float = 0.5
+    # What the head's target positions are relative to: `hand` (the hand's position when the chunk is planned) or
+    # `object` (the tracked object's then; see object_centric.action_anchor).
+    action_frame: str = "hand"
     control_hz: float = 20.0  # the rate the tracker is stepped at (the task's control rate)
     # Demos of the first dataset kept out of training to measure the estimator's error (perception.json).
     holdout_demos: int = 0
@@ -201,7 +204,7 @@ class ObjectCentricCfg:
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
-        each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], control_hz in (0, 1000] Hz, holdout_demos
+        each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame hand or object, control_hz in (0, 1000] Hz, holdout_demos
         0..1e6, estimator_from a path or empty."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
@@ -217,6 +220,8 @@ class ObjectCentricCfg:
         check_number(f"{where}.state_noise", self.state_noise, 0, 1, unit="m")
         check_number(f"{where}.hand_shift", self.hand_shift, 0, 1, unit="m", n=3)
         check_number(f"{where}.hand_shift_fraction", self.hand_shift_fraction, 0, 1)
+        require(self.action_frame in ("hand", "object"), f"{where}.action_frame", self.action_frame,
+                "hand or object")
         check_number(f"{where}.control_hz", self.control_hz, 0, 1000, lo_open=True, unit="Hz")
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,

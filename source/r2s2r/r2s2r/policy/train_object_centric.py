@@ -31,7 +31,7 @@ from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, wei
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
-                                         Photometric, estimator_loss, head_input, keypoint_loss, near_field,
+                                         Photometric, action_anchor, estimator_loss, head_input, keypoint_loss, near_field,
                                          object_locator, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
@@ -41,7 +41,7 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute",
                     "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
-                    "object_centric.estimator_from")
+                    "object_centric.action_frame", "object_centric.estimator_from")
 # Fields that shape the estimator's weights: a checkpoint given as `object_centric.estimator_from` must agree on them.
 ESTIMATOR_SHAPE_FIELDS = ("policy.cameras", "policy.image_size", "object_centric.keypoints")
 
@@ -240,15 +240,17 @@ class ObjectCentricTrainer:
         return track(d, *measure(self.model, self.locator, self.camera, d)[:2], self.cfg.object_centric.control_hz)
 
     def prepare_head(self) -> None:
-        """The head's training data: the tracker run over every demo (as deployed), hand-relative action chunks,
-        and their normalization statistics."""
+        """The head's training data: the tracker run over every demo (as deployed), action chunks relative to the
+        anchor (`object_centric.action_frame`, the tracker's object position as deployed or the hand's), and their
+        normalization statistics."""
         chunk = self.cfg.policy.chunk
         self.head_inputs, self.head_targets = [], []
         for d in self.datasets:
-            ee = d.proprio[:, EE_POS]
-            self.head_inputs.append(head_input(self.tracked(d), ee, d.proprio))
+            ee, tracked = d.proprio[:, EE_POS], self.tracked(d)
+            self.head_inputs.append(head_input(tracked, ee, d.proprio))
             steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
-            self.head_targets.append(relative_actions(d.actions[steps], ee).astype(np.float32))
+            anchor = action_anchor(self.cfg.object_centric.action_frame, tracked, ee)
+            self.head_targets.append(relative_actions(d.actions[steps], anchor).astype(np.float32))
         weights = [d.weight for d in self.datasets]
         self.model.set_stats("input", *weighted_moments(self.head_inputs, weights))
         self.model.set_stats("action", *weighted_moments([t.reshape(-1, t.shape[-1]) for t in self.head_targets],
@@ -265,14 +267,16 @@ class ObjectCentricTrainer:
             y_parts.append(targets[t])
         x, y = torch.from_numpy(np.concatenate(x_parts)), torch.from_numpy(np.concatenate(y_parts))
         # The hand displaced by `shift` with the object, its bin and the chunk's absolute targets where they were:
-        # every hand-relative position moves by +shift, the hand's own by -shift. (arm_q is left as recorded: a
-        # centimetre is a few hundredths of a radian, and the head reads the hand's position from ee_pose.)
+        # every hand-relative position moves by +shift, the hand's own by -shift; object-relative targets stay.
+        # (arm_q is left as recorded: a centimetre is a few hundredths of a radian, and the head reads the hand's
+        # position from ee_pose.)
         shift = torch.randn((len(x), 3), generator=self.generator) * torch.tensor(oc.hand_shift)
         shift *= torch.rand((len(x), 1), generator=self.generator) < oc.hand_shift_fraction
         x[:, OFFSET] += shift
         x[:, BIN_OFFSET] += shift
         x[:, HEAD_EE_POS] -= shift
-        y[..., :3] += shift[:, None, :]
+        if oc.action_frame == "hand":
+            y[..., :3] += shift[:, None, :]
         x[:, OFFSET] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
         x[:, NEAR] = near_field(x[:, OFFSET])
         m = self.model
