@@ -225,7 +225,9 @@ def rows_for(outcomes: dict[str, tuple[int, int]]) -> list[dict]:
 def test_summarize_counts_each_group_with_wilson_intervals():
     summary = summarize(rows_for({"nominal": (20, 24), "lighting": (3, 7), "belt_speed": (0, 7),
                                   "novel_objects": (6, 6), "combined": (2, 6)}))
-    assert list(summary) == list(GROUPS)
+    assert list(summary) == [*GROUPS, "by_object", "failures"]
+    assert summary["by_object"] == {}  # these rows name no object
+    assert summary["failures"] == {"unknown": 50 - 31}  # nor a reason for their failures
     expected = {"overall": (31, 50), "nominal": (20, 24), "shifted": (11, 26), "lighting": (3, 7),
                 "belt_speed": (0, 7), "novel_objects": (6, 6), "combined": (2, 6)}
     for group, (k, n) in expected.items():

@@ -54,13 +54,39 @@ def test_markdown_has_a_row_per_policy_with_k_of_n(summaries, tmp_path):
     assert lines[0] == "# Twin evaluation"
     header = next(line for line in lines if line.startswith("| Policy"))
     assert [c.strip() for c in header.strip("|").split("|")][1:] == list(GROUPS)
-    rows = {line.split(" | ")[0]: line for line in lines if line.startswith("| ") and not line.startswith("| Policy")}
+    first_table = lines[lines.index(header):lines.index("", lines.index(header))]
+    rows = {line.split(" | ")[0]: line for line in first_table[2:]}
     assert set(rows) == {"| grounded\\|mimic", "| planner"}  # the pipe in a name is escaped
     low, high = wilson_interval(20, 24)
     assert f"20/24 ({100 * 20 / 24:.1f} %, [{100 * low:.1f}, {100 * high:.1f}])" in rows["| grounded\\|mimic"]
     assert "31/50 (62.0 %" in rows["| grounded\\|mimic"] and "0/7 (0.0 %, [0.0," in rows["| grounded\\|mimic"]
     cells = [c.strip() for c in rows["| planner"].split(" | ")[1:]]
     assert [c.split(" ")[0] for c in cells] == ["20/44", "12/24", "8/20", "7/7", "1/7", "0/6", "0/0"]
+
+
+def test_markdown_breaks_successes_down_by_object_and_failures_by_reason(tmp_path):
+    """Rows that name their object and failure give a table per object (k/n, - where a policy never drew it) and
+    each policy's failures by reason, most frequent first."""
+    def row(i, obj, failure):
+        return {"index": i, "condition": "nominal", "success": failure is None, "object": obj, "failure": failure}
+
+    a = [row(0, "cube", None), row(1, "cube", "timeout"), row(2, "capsule", "fell_off_belt"),
+         row(3, "capsule", "fell_off_belt"), row(4, "sphere", None)]
+    b = [row(0, "cube", None), row(1, "capsule", "dropped")]
+    summaries = {"a": summarize(a), "b": summarize(b)}
+    assert summaries["a"]["by_object"]["capsule"]["successes"] == 0
+    assert summaries["a"]["by_object"]["capsule"]["trials"] == 2
+    assert summaries["a"]["failures"] == {"fell_off_belt": 2, "timeout": 1}
+    assert list(summaries["a"]["failures"]) == ["fell_off_belt", "timeout"]
+    lines = write_report(tmp_path, summaries, "t")["markdown"].read_text().splitlines()
+    header = lines[lines.index("## By object") + 2]
+    assert [c.strip() for c in header.strip("|").split("|")] == ["Policy", "capsule", "cube", "sphere"]
+    rows = lines[lines.index("## By object") + 4:lines.index("## By object") + 6]
+    assert rows == ["| a | 0/2 | 1/2 | 1/1 |", "| b | 0/1 | 1/1 | - |"]
+    failures = lines[lines.index("## Failures") + 4:lines.index("## Failures") + 6]
+    assert failures == ["| a | 2 fell_off_belt, 1 timeout |", "| b | 1 dropped |"]
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["policies"]["b"]["by_object"]["cube"]["rate"] == 1.0
 
 
 def test_rewriting_a_report_replaces_it(summaries, tmp_path):

@@ -275,11 +275,15 @@ def _entry(successes: int, trials: int) -> dict:
 
 
 def summarize(rows: Iterable[Mapping]) -> dict[str, dict]:
-    """Successes, trials, rate and Wilson 95 % interval for each of GROUPS (overall, nominal, shifted, conditions).
+    """Successes, trials, rate and Wilson 95 % interval for each of GROUPS (overall, nominal, shifted, conditions);
+    the same per object (`by_object`, rows that name their object) and how many trials failed by each reason
+    (`failures`, most frequent first; a failed row without a reason counts as "unknown").
 
     A group without trials has rate and interval None.
     """
     tallies = {c: [0, 0] for c in PROTOCOL}
+    objects: dict[str, list[int]] = {}
+    failures: dict[str, int] = {}
     seen: set[object] = set()
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
@@ -295,9 +299,17 @@ def summarize(rows: Iterable[Mapping]) -> dict[str, dict]:
             seen.add(row["index"])
         tallies[condition][0] += bool(success)
         tallies[condition][1] += 1
+        if row.get("object") is not None:
+            tally = objects.setdefault(str(row["object"]), [0, 0])
+            tally[0] += bool(success)
+            tally[1] += 1
+        if not success:
+            reason = str(row.get("failure") or "unknown")
+            failures[reason] = failures.get(reason, 0) + 1
     shifted = [sum(tallies[c][j] for c in SHIFTED) for j in (0, 1)]
     overall = [sum(t[j] for t in tallies.values()) for j in (0, 1)]
     out = {"overall": _entry(*overall), "nominal": _entry(*tallies["nominal"]), "shifted": _entry(*shifted)}
     out.update({c: _entry(*tallies[c]) for c in SHIFTED})
+    out["by_object"] = {name: _entry(*objects[name]) for name in sorted(objects)}
+    out["failures"] = dict(sorted(failures.items(), key=lambda item: (-item[1], item[0])))
     return out
-

@@ -47,12 +47,28 @@ def _cell(entry: Mapping) -> str:
 
 
 def _markdown(summaries: Mapping[str, Mapping], title: str) -> str:
+    names = {policy: policy.replace("|", "\\|") for policy in summaries}  # a pipe in a name would split the row
     lines = [f"# {title}", "", "| Policy | " + " | ".join(GROUPS) + " |", "|---" * (len(GROUPS) + 1) + "|"]
     for policy, summary in summaries.items():
-        name = policy.replace("|", "\\|")  # a pipe in a name would split the row
-        lines.append(f"| {name} | " + " | ".join(_cell(summary[g]) for g in GROUPS) + " |")
+        lines.append(f"| {names[policy]} | " + " | ".join(_cell(summary[g]) for g in GROUPS) + " |")
     lines += ["", "Each cell: successes/trials (success rate, [Wilson 95 % interval], both in %). `shifted` pools "
               "every condition but nominal.", ""]
+    # Summaries written before the per-object and failure tallies existed have neither: those tables are left out.
+    objects = sorted({o for s in summaries.values() for o in s.get("by_object", {})})
+    if objects:
+        lines += ["## By object", "", "| Policy | " + " | ".join(objects) + " |", "|---" * (len(objects) + 1) + "|"]
+        for policy, summary in summaries.items():
+            by_object = summary.get("by_object", {})
+            cells = [f"{by_object[o]['successes']}/{by_object[o]['trials']}" if o in by_object else "-"
+                     for o in objects]
+            lines.append(f"| {names[policy]} | " + " | ".join(cells) + " |")
+        lines += ["", "Each cell: successes/trials with that object (- where it was not drawn).", ""]
+    if any("failures" in s for s in summaries.values()):
+        lines += ["## Failures", "", "| Policy | failed trials by reason |", "|---|---|"]
+        for policy, summary in summaries.items():
+            reasons = ", ".join(f"{n} {reason}" for reason, n in summary.get("failures", {}).items())
+            lines.append(f"| {names[policy]} | {reasons or 'none'} |")
+        lines.append("")
     return "\n".join(lines)
 
 
