@@ -9,7 +9,10 @@ Runs the policy's perception exactly as deployed (estimator, keypoint locator, b
 the dataset and compares it with the object poses the demos store (obs/datagen_info): position errors in the belt
 plane (cm, median and 90th percentile) of the per-frame measurement where the keypoint measured and how often it
 did, of the estimator's regressed position, and of the tracker, over the approach (every frame before the lift)
-and the grasp window (the last second before it). Prints the report and writes it as JSON with --output.
+and the grasp window (the last second before it); their signed medians per axis (`bias`: along the belt, across
+it, and the regressed height, whose error the head camera's oblique view turns into one across the belt); and the
+grasp window per object (`by_object`), where an object the estimator misjudges shows. Prints the report and
+writes it as JSON with --output.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         NEAR_FIELD, OFFSET, POS, SIZE, TRACKED_DIM, YAW,
+                                         NEAR_FIELD, OFFSET, POS, SETPOINT, SIZE, TRACKED_DIM, YAW,
                                          BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
@@ -270,6 +270,59 @@ def test_object_relative_targets_lead_back_to_the_demos_actions_and_deploy_aroun
     finally:
         cell.close()
     torch.set_num_threads(1)
+
+
+class _KnownErrorEstimator:
+    """An estimator whose errors are known: each frame's image carries its index, and it answers the frame's true
+    label plus its demo's offset (cm along x, y, z)."""
+
+    def __init__(self, labels: np.ndarray, offsets: np.ndarray):
+        self.labels, self.offsets = labels, offsets
+
+    def estimate(self, images: np.ndarray):
+        index = images[:, 0, 0, 0].astype(int) + 256 * images[:, 0, 0, 1].astype(int)
+        mean = self.labels[index].astype(float)
+        mean[:, POS] += self.offsets[index] / 100
+        n = len(index)
+        return mean, np.full((n, 3), 1e-6), np.zeros((n, 2)), np.zeros(n)
+
+
+def test_perception_report_names_each_axis_bias_and_each_objects():
+    """The report's signed medians recover errors of known sign per axis, and per object where two objects err
+    differently: the capsule estimated 1 cm across the belt and 2 cm high, the cube exactly."""
+    from r2s2r.policy.data import LoadedDataset
+    from r2s2r.policy.train_object_centric import perception_report
+
+    steps, lift = 60, 40
+    labels, offsets, starts, ends = [], [], [], []
+    for k, offset in enumerate(([0.0, 1.0, 2.0], [0.0, 0.0, 0.0])):
+        t = np.arange(steps)
+        pos = np.stack([-0.3 + 0.1 * t / 20, np.full(steps, 0.02 * k), 0.1 + 0.05 * (t >= lift)], axis=1)
+        labels.append(np.concatenate([pos, np.zeros((steps, 8))], axis=1))
+        offsets.append(np.tile(offset, (steps, 1)))
+        starts.append(np.full(steps, k * steps))
+        ends.append(np.full(steps, k * steps + steps - 1))
+    n = 2 * steps
+    images = np.zeros((n, 4, 4, 3), np.uint8)
+    images[:, 0, 0, 0], images[:, 0, 0, 1] = np.arange(n) % 256, np.arange(n) // 256
+    proprio = np.zeros((n, SETPOINT + 1), np.float32)  # HEAD_PROPRIO: arm_q, hand_q, ee_pose, belt_setpoint
+    proprio[:, 30] = 1.0  # a valid hand quaternion (w) in ee_pose
+    d = LoadedDataset(path="known.hdf5", domain="real", weight=1.0, images={"cam": images}, proprio=proprio,
+                      actions=np.zeros((n, 27), np.float32), demo_end=np.concatenate(ends),
+                      demo_start=np.concatenate(starts), num_demos=2, labels=np.concatenate(labels).astype(np.float32),
+                      demo_objects=("capsule", "cube"))
+    model = _KnownErrorEstimator(d.labels, np.concatenate(offsets))
+    report = perception_report(model, ObjectLocator(None), "cam", d, control_hz=20.0)
+    capsule, cube = (report["by_object"][o]["grasp_window"] for o in ("capsule", "cube"))
+    assert capsule["regression"] == pytest.approx({"x": 0.0, "y": 1.0, "z": 2.0}, abs=0.01)
+    assert capsule["measurement"]["y"] == pytest.approx(1.0, abs=0.01)
+    assert capsule["tracker"]["y"] == pytest.approx(1.0, abs=0.05)
+    assert capsule["tracker_across_belt"]["median_cm"] == pytest.approx(1.0, abs=0.05)
+    assert cube["regression"] == pytest.approx({"x": 0.0, "y": 0.0, "z": 0.0}, abs=0.01)
+    assert abs(cube["tracker"]["y"]) < 0.05
+    assert report["by_object"]["capsule"]["demos"] == 1 and capsule["tracker_across_belt"]["frames"] == 20
+    # Pooled over both demos, the median across the belt lies between the two objects' (half the frames each).
+    assert 0.0 <= report["grasp_window"]["bias"]["regression"]["y"] <= 1.0
 
 
 def test_datasets_without_the_tracker_fields_are_refused(tmp_path, policy_datasets):

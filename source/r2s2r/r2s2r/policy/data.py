@@ -39,6 +39,7 @@ class LoadedDataset:
     # (N, 11) per-frame object labels from obs/datagen_info (`object_centric.frame_labels`); only for policies that
     # learn them.
     labels: np.ndarray | None = None
+    demo_objects: tuple[str, ...] = ()  # each demo's object (its `object` attr; "" where the file does not say)
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -90,6 +91,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         names = names[: entry.demos] if entry.demos else names
         images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
         proprio, actions, starts, ends, labels = [], [], [], [], []
+        objects = tuple(str(reader.attrs(n).get("object", "")) for n in names)
         offset = 0
         for name in names:
             demo = reader.load(name)
@@ -112,7 +114,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         images={c: np.concatenate(v) for c, v in images.items()},
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
         demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(names),
-        labels=np.concatenate(labels) if labels else None)
+        labels=np.concatenate(labels) if labels else None, demo_objects=objects)
 
 
 def check_compatible(datasets: list[LoadedDataset]) -> None:
