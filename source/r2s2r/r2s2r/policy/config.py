@@ -164,6 +164,10 @@ class CotrainCfg:
         return self
 
 
+# What the object-centric head's target positions may be relative to (`object_centric.action_anchor`).
+ACTION_FRAMES = ("hand", "object")
+
+
 @dataclass(frozen=True)
 class ObjectCentricCfg:
     """Training of the object-centric policy (`policy.kind=object_centric`); `steps` counts its head's steps."""
@@ -204,8 +208,8 @@ class ObjectCentricCfg:
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
-        each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame hand or object, control_hz in (0, 1000] Hz, holdout_demos
-        0..1e6, estimator_from a path or empty."""
+        each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame one of ACTION_FRAMES, control_hz in
+        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -220,8 +224,8 @@ class ObjectCentricCfg:
         check_number(f"{where}.state_noise", self.state_noise, 0, 1, unit="m")
         check_number(f"{where}.hand_shift", self.hand_shift, 0, 1, unit="m", n=3)
         check_number(f"{where}.hand_shift_fraction", self.hand_shift_fraction, 0, 1)
-        require(self.action_frame in ("hand", "object"), f"{where}.action_frame", self.action_frame,
-                "hand or object")
+        require(self.action_frame in ACTION_FRAMES, f"{where}.action_frame", self.action_frame,
+                " or ".join(ACTION_FRAMES))
         check_number(f"{where}.control_hz", self.control_hz, 0, 1000, lo_open=True, unit="Hz")
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,
