@@ -20,6 +20,9 @@ results.md (success counts with Wilson 95 % intervals per condition) and results
 --sim-tasks, every policy runs the same protocol in each sim variant too, and ranking.json / ranking.md report how
 well each sim variant ranks the policies as the real side does (Pearson r, Spearman rho, MMRV).
 
+--base-seed N gives trial i the seed N + i instead: another block of the same protocol (same conditions in the same
+order, other episodes), to pool with the first for a narrower interval.
+
 --seeds-from DATASET runs the real side's trials at the seeds of that dataset's demos instead (nominal condition,
 the first --trials demos): the policy replayed on the episodes it was trained on, a diagnostic of whether it
 reproduces its own demonstrations before asking whether it generalizes.
@@ -54,6 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--sim-tasks", nargs="*", default=[], help="sim variants to evaluate the same policies in")
     p.add_argument("--sim-trials", type=cli.positive_int, default=None,
                    help="trials per policy in each sim task (default: --trials)")
+    p.add_argument("--base-seed", type=cli.seed, default=None,
+                   help="seed of trial 0 (trial i: base + i; default 10000, the study's block)")
     p.add_argument("--seeds-from", default=None, metavar="DATASET",
                    help="run the real side's trials at the seeds of this dataset's demos (nominal condition)")
     p.add_argument("--max-steps", type=cli.positive_int, default=None,
@@ -67,6 +72,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--names: {len(args.names)} names for {len(args.checkpoint)} checkpoints; expected one each")
     if len(set(args.names)) != len(args.names):
         p.error(f"--names = {args.names}: names must differ (give --names when run folders share a name)")
+    if args.seeds_from is not None and args.base_seed is not None:
+        p.error("--base-seed and --seeds-from: give one; --seeds-from takes every trial's seed from the dataset")
     if args.seeds_from is not None and not Path(args.seeds_from).is_file():
         p.error(f"--seeds-from = {args.seeds_from!r}: no such file; expected a demo dataset (HDF5)")
     if args.sim_tasks and len(args.checkpoint) < 2:
@@ -77,6 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from r2s2r.evaluation.policies import evaluate_checkpoint, ranking, report_task, training_trials, trials_path
+    from r2s2r.evaluation.protocol import BASE_SEED, make_protocol
     from r2s2r.policy.agent import load_agent
     from r2s2r.tasks import TASKS
 
@@ -90,14 +98,15 @@ def main(argv=None) -> int:
         for checkpoint in args.checkpoint:  # every checkpoint checked before any trial runs
             load_agent(checkpoint)
         own = training_trials(args.seeds_from, args.trials) if args.seeds_from else None
+        base_seed = BASE_SEED if args.base_seed is None else args.base_seed
         for task in [args.task, *args.sim_tasks]:
             trials = args.trials if task == args.task else (args.sim_trials or args.trials)
+            protocol = own if own is not None and task == args.task else make_protocol(trials, base_seed)
             rows = {}
             for name, checkpoint in zip(args.names, args.checkpoint):
                 print(f"{name} on {task}: {trials} trials", file=sys.stderr)
                 rows[name] = evaluate_checkpoint(checkpoint, task, trials, trials_path(out, task, name),
-                                                 args.max_steps, progress=not args.no_progress,
-                                                 trials=own if task == args.task else None)
+                                                 args.max_steps, progress=not args.no_progress, trials=protocol)
             summaries[task] = report_task(out, task, rows)
     except (ConfigError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -404,7 +404,7 @@ _TOOLS = {
 }
 _OPTIONS = {
     "play.py": {"--episodes": ("-1", "x"), "--fps": ("0", "1e9"), "--size": ("nan",), "--seed": ("-1",)},
-    "evaluate.py": {"--trials": ("0",), "--sim-trials": ("-1",), "--max-steps": ("1.5",)},
+    "evaluate.py": {"--trials": ("0",), "--sim-trials": ("-1",), "--max-steps": ("1.5",), "--base-seed": ("-1",)},
     "world_report.py": {"--episodes": ("-1",), "--image-size": ("4096",), "--image-every": ("0",)},
     "replay.py": {"--limit": ("-1",), "--min-rate": ("-1", "1.5", "nan")},
     "record_calibration.py": {"--views": ("5",), "--fisheye-views": ("0",), "--image-size": ("64",),

@@ -321,6 +321,17 @@ def test_train_play_and_evaluate_scripts(tmp_path, policy_datasets, monkeypatch,
     code, err = run_script_in_process("evaluate.py", "--checkpoint", str(tmp_path / "missing.pt"), "--output", str(out),
                                       cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2 and "missing.pt': no such file" in err
+    # Another block of the protocol: the same conditions in the same order, trial i at seed base + i.
+    result = run_script("evaluate.py", "--checkpoint", str(tmp_path / "a" / "policy.pt"), "--trials", "5", "--max-steps",
+                        "2", "--base-seed", "20000", "--output", str(tmp_path / "b2"), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    block = [json.loads(line) for line in (tmp_path / "b2" / "R2S2R-PickSort-Real-v0" / "a" / "trials.jsonl").open()]
+    first = [json.loads(line) for line in (out / "R2S2R-PickSort-Real-v0" / "a" / "trials.jsonl").open()]
+    assert [r["seed"] for r in block] == list(range(20000, 20005))
+    assert [r["condition"] for r in block] == [r["condition"] for r in first]
+    code, err = run_script_in_process("evaluate.py", "--checkpoint", "a.pt", "--base-seed", "1", "--seeds-from",
+                                      "d.hdf5", cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "--base-seed and --seeds-from: give one" in err
 
     # On its own training episodes: nominal trials at the seeds the real demos were recorded with.
     with DemoReader(policy_datasets["real"]) as reader:
