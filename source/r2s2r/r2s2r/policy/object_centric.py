@@ -31,7 +31,6 @@ from torch.nn import functional as F
 
 from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
-from r2s2r.policy.config import ACTION_FRAMES
 from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
 
@@ -472,9 +471,8 @@ def action_anchor(frame: str, tracked: np.ndarray, ee_pos: np.ndarray) -> np.nda
     start. `object`: the tracked object's position then, so a head that predicts the typical offset for the phase
     of the grasp follows the object wherever the hand is; meant for the fast belt, where hand-relative commands led
     the hand by the demos' average 2.5 cm while the hand already ran 2.5 cm ahead of the object. Measured on the
-    twin it picks fewer objects everywhere (docs/results.md), so `hand` is the default."""
-    if frame not in ACTION_FRAMES:
-        raise ConfigError(f"object_centric.action_frame = {frame!r}: expected one of {', '.join(ACTION_FRAMES)}")
+    twin it picks fewer objects everywhere (docs/results.md), so `hand` is the default. `frame` is one of
+    ACTION_FRAMES, as `ObjectCentricCfg.validate` checks at the config."""
     return ee_pos if frame == "hand" else tracked[..., :3]
 
 

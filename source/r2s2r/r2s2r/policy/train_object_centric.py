@@ -30,9 +30,9 @@ from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy, ObjectLocator,
-                                         Photometric, action_anchor, estimator_loss, head_input, keypoint_loss, near_field,
-                                         object_locator, relative_actions, to_unit)
+                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy,
+                                         ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
+                                         keypoint_loss, near_field, object_locator, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 
@@ -108,13 +108,11 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
             approach[s:s + lifted[0]] = True
             window[max(s, s + lifted[0] - int(control_hz)):s + lifted[0]] = True
     measured = var.max(axis=1) < BLIND_VAR
-    errors = {"measurement_xy": 100 * np.linalg.norm(mean[:, :2] - truth[:, :2], axis=1),
-              "regression_xy": 100 * np.linalg.norm(regressed[:, :2] - truth[:, :2], axis=1),
-              "tracker_xy": 100 * np.linalg.norm(state[:, :2] - truth[:, :2], axis=1),
-              "tracker_across_belt": 100 * np.abs(state[:, 1] - truth[:, 1])}
-    signed = {"measurement": (100 * (mean[:, :2] - truth[:, :2]), ("x", "y")),
-              "regression": (100 * (regressed - truth), ("x", "y", "z")),
-              "tracker": (100 * (state[:, :2] - truth[:, :2]), ("x", "y"))}
+    # Estimate minus truth (cm) per axis: x, y (and the regression's z).
+    signed = {"measurement": 100 * (mean[:, :2] - truth[:, :2]), "regression": 100 * (regressed - truth),
+              "tracker": 100 * (state[:, :2] - truth[:, :2])}
+    errors = {f"{name}_xy": np.linalg.norm(err[:, :2], axis=1) for name, err in signed.items()}
+    errors["tracker_across_belt"] = np.abs(signed["tracker"][:, 1])
 
     def stats(err: np.ndarray) -> dict:
         if not len(err):
@@ -124,9 +122,10 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
 
     def bias(frames: np.ndarray) -> dict:
         out = {}
-        for name, (err, axes) in signed.items():
+        for name, err in signed.items():
             rows = err[frames & measured] if name == "measurement" else err[frames]
             if len(rows):
+                axes = "xyz"[:err.shape[1]]
                 out[name] = {axis: round(float(np.median(rows[:, k])), 2) for k, axis in enumerate(axes)}
         return out
 
