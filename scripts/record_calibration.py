@@ -6,8 +6,10 @@ Examples:
 
 What is recorded is what a calibration crew collects on hardware, and nothing else:
   cameras/<cam>/views     chessboard images held at many poses (intrinsics, distortion, blur)
-  cameras/<cam>/fixture   the chessboard on each of its surveyed stands (head-camera extrinsics and exposure)
-  cameras/<cam>/exposure_views   single views under known seeds (wrist-camera exposure)
+  cameras/<cam>/flat_field  a flat-field light panel against the lens, lamps off (exposure)
+  cameras/<cam>/fixture   the chessboard on each of its surveyed stands (head-camera extrinsics)
+  lamps/<lamp>, lamps/dark  the grey card on the board's back, on its stands, lit by one lamp alone and with every
+                          lamp off, seen by the head camera (lamp intensities and colours)
   survey/<part>           tracker measurements of the fiducials on the robot base and the conveyor
   kinematics/{q,flange}   encoder readings and tracker-measured flange positions at many arm configurations
   actuators/{targets,log} a step-and-chirp excitation streamed to the right arm and the encoder log
@@ -34,12 +36,7 @@ from r2s2r.core import ConfigError  # noqa: E402
 
 HEAD_CAMERAS = ("head_left", "head_right")
 BELT_SET_POINTS = (0.08, 0.14, 0.20)
-APPEARANCE_CAMERA = "head_left"
-EXPOSURE_VIEWS = 5
-
-
-def exposure_seed(seed: int, camera_index: int, view: int) -> int:
-    return 1000 * (seed + camera_index + 1) + view
+APPEARANCE_CAMERA = LAMP_CAMERA = "head_left"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -94,13 +91,16 @@ def _record_into(rig, partial: Path, views: int, fisheye_views: int, size: int, 
             group.attrs["seed"] = seed + k
             group.create_dataset("views", data=np.stack(rig.board_views(cam, count, size, size, seed + k)),
                                  compression="gzip", compression_opts=1)
+            group.create_dataset("flat_field", data=rig.flat_field(cam, size, size))
             if cam in HEAD_CAMERAS:
                 group.create_dataset("fixture", data=rig.board_on_fixture(cam, size, size))
-            else:  # single views under known seeds: a reference render can show the board at the same pose
-                seeds = [exposure_seed(seed, k, i) for i in range(EXPOSURE_VIEWS)]
-                group.attrs["exposure_seeds"] = seeds
-                group.create_dataset("exposure_views", data=np.stack([rig.board_views(cam, 1, size, size, s)[0]
-                                                                      for s in seeds]))
+        step(f"lamps: the grey card lit by each lamp alone and by none, seen by {LAMP_CAMERA}")
+        lamps = f.create_group("lamps")
+        lamps.attrs["camera"] = LAMP_CAMERA
+        lamps.create_dataset("dark", data=rig.board_on_fixture(LAMP_CAMERA, size, size, {}, back=True))
+        for light in rig.cell.lights:
+            lamps.create_dataset(light.name, data=rig.board_on_fixture(LAMP_CAMERA, size, size, {light.name: 1.0},
+                                                                       back=True))
         step("survey of the robot base and conveyor fiducials")
         for part, points in rig.survey().items():
             f.create_dataset(f"survey/{part}", data=points)

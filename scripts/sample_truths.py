@@ -9,7 +9,7 @@ naming its seed; the same seed always gives the same file. Each is checked as th
 written under a temporary name, then renamed. Like configs/world/reality*.yaml, only the twin (--reality-file),
 the mismatch report and tests read them.
 
-Every calibrated parameter and the residual gap (lens noise, object friction, lamps, clutter) is perturbed by m
+Every calibrated parameter and the residual gap (lens noise, object friction, clutter) is perturbed by m
 drawn from its range (about twice the largest deviation of today's truths, both signs unless the nominal sits at
 a bound; "gap" marks the residual gap):
 """

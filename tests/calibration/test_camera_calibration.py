@@ -1,5 +1,5 @@
-"""Camera calibration against the reality twin: intrinsics, distortion, head extrinsics, blur and exposure estimated
-from the rig's chessboard images at 512 x 512, graded against the truth files (reality.yaml and reality_alt.yaml).
+"""Camera calibration against the reality twin: intrinsics, distortion, head extrinsics, blur, exposure and the lamps
+estimated from the rig's images at 512 x 512, graded against the truth files (reality.yaml and reality_alt.yaml).
 
 Images are rendered once per module. Three pinned cases (seed 0, fewer views than a session records): both truths'
 head_left pinhole and reality.yaml's right_wrist fisheye, each held to the study's targets: focal length within
@@ -13,16 +13,17 @@ import dataclasses
 import cv2
 import numpy as np
 import pytest
-import yaml
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.calibration.report import distorted_angle
 from r2s2r.calibration.camera import (
     IntrinsicsEstimate,
     calibrate_intrinsics,
+    card_pixels,
     estimate_blur,
     estimate_exposure,
     estimate_extrinsics,
+    estimate_lamp,
     find_corners,
 )
 from r2s2r.calibration.rig import CALIBRATION_BOARD
@@ -30,6 +31,7 @@ from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.world import load_world
 from r2s2r.core import configs_dir
 from r2s2r.geometry import rotation_error, rpy_to_mat
+from r2s2r.real.truths import sample_truth, truth_text
 from r2s2r.real.twin import TwinRig
 from r2s2r.render.camera_model import CameraModel
 
@@ -53,17 +55,12 @@ def _pose(cell, camera):
 
 
 @pytest.fixture(scope="module")
-def rigs(tmp_path_factory):
-    """Per truth file: the twin, and the same cell with ideal lens electronics (exposure 1, no blur or noise)."""
+def rigs():
+    """Per truth file: the twin and its cell; and the ungrounded world's rig, the reference calibration renders."""
     out = {}
     for name in sorted({c[0] for c in CASES}):
         path = configs_dir() / "world" / name
-        data = yaml.safe_load(path.read_text())
-        for cam in data["cell"]["cameras"].values():
-            cam["lens"].update(exposure=1.0, blur_sigma=0.0, noise_std=0.0)
-        ideal = tmp_path_factory.mktemp("worlds") / name
-        ideal.write_text(yaml.safe_dump(data))
-        out[name] = {"twin": TwinRig(path), "ideal": TwinRig(ideal), "truth": load_world(path).cell}
+        out[name] = {"twin": TwinRig(path), "truth": load_world(path).cell}
     out["ungrounded"] = TwinRig(configs_dir() / "world" / "ungrounded.yaml")
     return out
 
@@ -178,25 +175,45 @@ def test_blur_within_25_percent(case, rigs, sessions):
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0][:-5]}-{c[1]}")
-def test_exposure_within_5_percent(case, rigs):
-    """Against the same scene with exposure 1 (and no blur or noise): the head cameras on the fixture, the wrist
-    cameras on a held board at the same pose (the first view of a seed; a seed whose board is found in both)."""
-    twin, ideal = rigs[case[0]]["twin"], rigs[case[0]]["ideal"]
+def test_exposure_from_the_flat_field_within_half_a_percent(case, rigs):
+    """The flat-field panel against the lens, lamps off, against the same with exposure 1: the lamps' own mismatch
+    (reality.yaml's key is 7 % brighter and its fill 14 % dimmer than the ungrounded world's) cannot enter."""
     cam = case[1]
-    if cam.startswith("head"):
-        pairs = [(twin.board_on_fixture(cam, SIZE, SIZE)[0], ideal.board_on_fixture(cam, SIZE, SIZE)[0])]
-    else:
-        pairs = []
-        for seed in range(SEED, SEED + 8):
-            pair = tuple(rig.board_views(cam, 1, SIZE, SIZE, seed=seed)[0] for rig in (twin, ideal))
-            if all(find_corners(img, CALIBRATION_BOARD) is not None for img in pair):
-                pairs.append(pair)
-                break
-    assert pairs, "no seed gave a view with the board found in both images"
-    gain = estimate_exposure(*pairs[0], CALIBRATION_BOARD)
+    gain = estimate_exposure(rigs[case[0]]["twin"].flat_field(cam, SIZE, SIZE),
+                             rigs["ungrounded"].flat_field(cam, SIZE, SIZE), camera=cam)
     truth = _lens(rigs[case[0]]["truth"], cam).exposure
-    print(f"{case}: exposure {gain:.3f} vs {truth:.3f}")
-    assert abs(gain / truth - 1) < 0.05
+    print(f"{case}: exposure {gain:.4f} vs {truth:.4f}")
+    assert abs(gain / truth - 1) < 0.005
+
+
+@pytest.mark.parametrize("truth", ["reality.yaml", "reality_alt.yaml", "sampled_3"])
+def test_each_lamp_within_5_percent_and_its_colour_within_0_03(truth, rigs, tmp_path):
+    """Both lamps of both truth files and of a sampled truth (other intensities and colours, head_left's blur at
+    1 px), from the grey card lit by each lamp alone, against the ungrounded world's lamps. The session's card
+    points go through the truth's camera, as calibration would have found it (its accuracy is tested above)."""
+    if truth.startswith("sampled"):
+        path = tmp_path / "truth.yaml"
+        path.write_text(truth_text(sample_truth(int(truth.split("_")[1]))))
+        twin, cell = TwinRig(path), load_world(path).cell
+    else:
+        twin, cell = rigs[truth]["twin"], rigs[truth]["truth"]
+    reference = rigs["ungrounded"]
+    cam = "head_left"
+    pixels = [card_pixels(_lens(c, cam), *dataclasses.astuple(_pose(c, cam)), BOARD_FIXTURE_POSES, CALIBRATION_BOARD,
+                          SIZE, SIZE) for c in (cell, reference.cell)]
+    exposure = estimate_exposure(twin.flat_field(cam, SIZE, SIZE), reference.flat_field(cam, SIZE, SIZE))
+    dark = twin.board_on_fixture(cam, SIZE, SIZE, {}, back=True)
+    for nominal in reference.cell.lights:
+        lit = twin.board_on_fixture(cam, SIZE, SIZE, {nominal.name: 1.0}, back=True)
+        references = [reference.board_on_fixture(cam, SIZE, SIZE, {nominal.name: level}, back=True)
+                      for level in (0.0, 0.5, 1.0)]
+        diffuse = (estimate_lamp(lit, dark, references, *pixels, exposure, camera=cam)
+                   * np.array(nominal.colour) * nominal.intensity)
+        true = next(light for light in cell.lights if light.name == nominal.name)
+        print(f"{truth} {nominal.name}: intensity {diffuse.max():.4f} vs {true.intensity:.4f}, colour "
+              f"{np.round(diffuse / diffuse.max(), 3)} vs {true.colour}")
+        assert abs(diffuse.max() / true.intensity - 1) < 0.05
+        np.testing.assert_allclose(diffuse / diffuse.max(), true.colour, atol=0.03)
 
 
 # -- corners -----------------------------------------------------------------------------------------------------
@@ -237,7 +254,7 @@ def test_bad_model_and_shapes_are_rejected(sessions):
     with pytest.raises(CalibrationError, match="1 fixture images for 4 stands"):
         estimate_extrinsics(views[:1], CALIBRATION_BOARD, intrinsics, BOARD_FIXTURE_POSES)
     with pytest.raises(CalibrationError, match="shape"):
-        estimate_exposure(views[0], cv2.resize(views[0], (256, 256)), CALIBRATION_BOARD)
+        estimate_exposure(views[0], cv2.resize(views[0], (256, 256)))
 
 
 def test_board_missing_from_fixture_or_references_is_an_error(sessions):
@@ -246,8 +263,11 @@ def test_board_missing_from_fixture_or_references_is_an_error(sessions):
     with pytest.raises(CalibrationError, match="camera 'head_left': the board was not found in any of the 2 fixture"):
         estimate_extrinsics([blank, blank], CALIBRATION_BOARD, session["intrinsics"], BOARD_FIXTURE_POSES[:2],
                             camera="head_left")
-    with pytest.raises(CalibrationError, match="not found in the reference image"):
-        estimate_exposure(session["fixture"][0], blank, CALIBRATION_BOARD)
+    with pytest.raises(CalibrationError, match="camera 'head_left': the flat-field reference shows the panel in 0.0 %"):
+        estimate_exposure(blank, np.zeros_like(blank), camera="head_left")
+    with pytest.raises(CalibrationError, match="no stand shows the card lit by the lamp"):
+        pixels = np.full((2, 5, 2), 100.0)
+        estimate_lamp([blank] * 2, [blank] * 2, [[blank] * 2] * 3, pixels, pixels, 1.0)
     with pytest.raises(CalibrationError, match=r"0 of 2 references"):
         estimate_blur(session["views"][:2], CALIBRATION_BOARD, [blank, blank])
 

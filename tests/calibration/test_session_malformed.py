@@ -46,11 +46,12 @@ def valid(start, tmp_path_factory) -> Path:
             group = f.create_group(f"cameras/{cam.name}")
             group.attrs["seed"] = k
             group.create_dataset("views", data=rng.integers(0, 256, (VIEWS, SIZE, SIZE, 3), dtype=np.uint8))
+            group.create_dataset("flat_field", data=rng.integers(0, 256, (SIZE, SIZE, 3), dtype=np.uint8))
             if cam.name.startswith("head"):
                 group.create_dataset("fixture", data=rng.integers(0, 256, (STANDS, SIZE, SIZE, 3), dtype=np.uint8))
-            else:
-                group.attrs["exposure_seeds"] = [10 * k + i for i in range(3)]
-                group.create_dataset("exposure_views", data=rng.integers(0, 256, (3, SIZE, SIZE, 3), dtype=np.uint8))
+        f.create_group("lamps").attrs["camera"] = "head_left"
+        for name in ["dark"] + [light.name for light in start.cell.lights]:
+            f.create_dataset(f"lamps/{name}", data=rng.integers(0, 256, (STANDS, SIZE, SIZE, 3), dtype=np.uint8))
         f.create_dataset("survey/robot_base", data=rng.normal(size=(4, 3)))
         f.create_dataset("survey/conveyor", data=rng.normal(size=(6, 3)))
         f.create_dataset("kinematics/q", data=rng.normal(size=(12, 7)))
@@ -138,12 +139,16 @@ CASES = [
          ("'cameras/head_right/fixture'", f"({STANDS}, 16, 16, 3)", f"({STANDS}, {SIZE}, {SIZE}, 3)")),
     Case("fixture-one-stand", replace("cameras/head_right/fixture", np.zeros((SIZE, SIZE, 3), np.uint8)),
          ("'cameras/head_right/fixture'", f"({SIZE}, {SIZE}, 3)", f"({STANDS}, {SIZE}, {SIZE}, 3)")),
-    Case("no-exposure-seeds", del_attr("cameras/right_wrist", "exposure_seeds"),
-         ("attr 'cameras/right_wrist/exposure_seeds' is missing",)),
-    Case("exposure-seeds-negative", set_attr("cameras/left_wrist", "exposure_seeds", [1, -2, 3]),
-         ("'cameras/left_wrist/exposure_seeds'", "-2", "seeds >= 0")),
-    Case("exposure-views-count", replace("cameras/left_wrist/exposure_views", np.zeros((2, SIZE, SIZE, 3), np.uint8)),
-         ("'cameras/left_wrist/exposure_views'", f"(2, {SIZE}, {SIZE}, 3)", f"(3, {SIZE}, {SIZE}, 3)")),
+    Case("no-flat-field", lambda f: f["cameras/right_wrist"].__delitem__("flat_field"),
+         ("'cameras/right_wrist/flat_field' is missing",)),
+    Case("flat-field-stack", replace("cameras/left_wrist/flat_field", np.zeros((2, SIZE, SIZE, 3), np.uint8)),
+         ("'cameras/left_wrist/flat_field'", f"(2, {SIZE}, {SIZE}, 3)", f"({SIZE}, {SIZE}, 3)")),
+    Case("no-lamps", lambda f: f.__delitem__("lamps"), ("missing group 'lamps'",)),
+    Case("lamps-camera-unknown", set_attr("lamps", "camera", "head_centre"),
+         ("'lamps/camera'", "'head_centre'", "one of the session's cameras")),
+    Case("lamp-missing", lambda f: f["lamps"].__delitem__("fill"), ("'lamps/fill' is missing",)),
+    Case("lamp-dark-size", replace("lamps/dark", np.zeros((STANDS, 16, 16, 3), np.uint8)),
+         ("'lamps/dark'", f"({STANDS}, 16, 16, 3)", f"({STANDS}, {SIZE}, {SIZE}, 3)")),
     Case("survey-width", replace("survey/robot_base", np.zeros((4, 2))), ("'survey/robot_base'", "(4, 2)", "(N, 3)")),
     Case("survey-too-few", replace("survey/conveyor", np.zeros((2, 3))), ("'survey/conveyor'", "(2, 3)", "N >= 3")),
     Case("survey-nan", set_value("survey/conveyor", (1, 2), np.nan), ("'survey/conveyor'", "NaN", "finite")),

@@ -144,8 +144,14 @@ class CellSim:
         gain = np.ones(3) if gain is None else gain
         m.light_diffuse[:] = np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
 
-    def set_lights(self, gain=1.0) -> None:
-        """The lights at their nominal poses, their colours times `gain` (a scalar or RGB); 1.0: as built."""
+    def set_lights(self, gain=1.0, levels: dict[str, float] | None = None) -> None:
+        """The lights at their nominal poses, their colours times `gain` (a scalar or RGB); 1.0: as built.
+        `levels` (light name -> factor) dims lights one by one; a light it does not name is off (no diffuse or
+        specular light, no shadow)."""
+        m = self.model
         nominal_pos, nominal_diffuse = self.lights_nominal
-        self.model.light_pos[:] = nominal_pos
-        self.model.light_diffuse[:] = np.clip(nominal_diffuse * np.asarray(gain, dtype=float), 0.0, 1.0)
+        factor = np.ones(m.nlight) if levels is None else np.array([levels.get(m.light(i).name, 0.0)
+                                                                    for i in range(m.nlight)])
+        m.light_active[:] = factor > 0
+        m.light_pos[:] = nominal_pos
+        m.light_diffuse[:] = np.clip(nominal_diffuse * factor[:, None] * np.asarray(gain, dtype=float), 0.0, 1.0)

@@ -737,58 +737,112 @@ def estimate_blur(images, board: BoardCfg, reference_images, camera: str | None 
     return float(beta * BLUR_REFERENCE_WIDTH / shape[1])
 
 
-def estimate_exposure(image: np.ndarray, reference_image: np.ndarray, board: BoardCfg,
-                      camera: str | None = None) -> float:
-    """Exposure gain of `image` relative to `reference_image` (rendered with exposure 1), from the board.
+def estimate_exposure(flat_field: np.ndarray, reference: np.ndarray, camera: str | None = None) -> float:
+    """Exposure gain of a camera from its image of a flat-field light panel held against the lens, lamps off.
 
-    Both images are brought to the same blur (the sharper one is blurred to the other's edge width, measured on
-    the board's edges), then the centres of the board's squares are compared square by square (found by corner
-    detection, in the same order in both): the gain is the ratio of the light squares (brighter in the reference
-    than halfway between its darkest and lightest) that are clipped in neither image, at its 90th percentile. Blur
-    matters because it moves light across the squares' edges; comparing the same squares keeps the board's uneven
-    lighting and the clipped squares out of the ratio. A shadow in one image only (a wrist camera's own hand
-    between a light and the board) darkens some squares, and only darkens: their ratios fall below the evenly lit
-    squares', which the upper percentile takes (measured on the twin's wrist views against the ungrounded world's:
-    a least-squares ratio over all squares 8-17 % low per camera, the percentile within 1.2 %).
+    The panel is self-luminous, so its image depends on the lens only: the gain is the median ratio to a render of
+    the same panel with exposure 1, over the pixels where that render shows the panel (a fisheye's corners lie
+    outside its image circle, a finger of the hand may sit in front of a wrist camera). A board under the cell's
+    lamps would measure exposure times the lamps' intensity, which no single image separates.
+
+    Raises:
+        CalibrationError: shapes differ, the reference shows too little of the panel, or the image is clipped there.
+    """
+    where = f"camera {camera!r}: " if camera else ""
+    _common_shape([flat_field, reference], where, "flat-field image (image, then reference)")
+    image, ref = _gray(flat_field), _gray(reference)
+    lit = ref[ref > 0]
+    level = float(np.median(lit)) if lit.size else 0.0
+    panel = np.abs(ref - level) < 0.02 * level
+    if panel.mean() < 0.1:
+        raise CalibrationError(f"{where}the flat-field reference shows the panel in {100 * panel.mean():.1f} % of its "
+                               "pixels: expected at least 10 %")
+    if np.mean(image[panel] >= SATURATED) > 0.01:
+        raise CalibrationError(f"{where}the flat-field image is clipped over the panel: expected it below the "
+                               "sensor's ceiling (dim the panel)")
+    return float(np.median(image[panel]) / np.median(ref[panel]))
+
+
+def card_pixels(lens, pos, rpy, stands, board: BoardCfg, width: int, height: int) -> np.ndarray:
+    """Where a camera sees a grid over the middle of the grey card on the board's back, the board turned around on
+    each stand (`CalibrationRig.board_on_fixture(back=True)`): (K, N, 2) pixels.
+
+    The grid spans the middle 40 % of the card, so even the blurriest lens leaves its points on plain grey. The
+    camera is `lens` at the world pose (pos, rpy) in MuJoCo's camera convention."""
+    from r2s2r.render.camera_model import CameraModel
+
+    cols, rows = board.squares
+    half = 0.2 * (np.array([cols, rows]) + 2) * board.square_size
+    x, y = np.meshgrid(np.linspace(-half[0], half[0], 25), np.linspace(-half[1], half[1], 25))
+    # The turned board's frame is the stand's turned half a turn about x; the card lies 4.2 mm behind the front.
+    back = np.stack([x.ravel(), -y.ravel(), np.full(x.size, 0.0042)], axis=1)
+    r_world_cam, model = rpy_to_mat(rpy), CameraModel(lens, width, height)
+    out = []
+    for stand_pos, stand_rpy in stands:
+        world = np.asarray(stand_pos) + back @ rpy_to_mat(stand_rpy).T
+        in_camera = (world - np.asarray(pos)) @ r_world_cam  # MuJoCo camera axes: x right, y up, looking along -z
+        out.append(model.project(in_camera * np.array([1.0, -1.0, -1.0])))
+    return np.array(out)
+
+
+def estimate_lamp(images, dark, references, pixels, reference_pixels, exposure: float,
+                  camera: str | None = None) -> np.ndarray:
+    """One lamp's RGB diffuse colour relative to the reference world's, from the grey card on the board's back (the
+    board turned around on its stands), lit by that lamp alone.
+
+    A pixel is the ambient light (here the renderer's headlight) plus what each lamp adds: its diffuse light, in
+    proportion to the lamp's diffuse colour, and its specular highlight, which does not scale with it. The session's
+    images with every lamp off (`dark`) remove the ambient part as the recorded camera sees it; the references with
+    the lamp off, at half and at its built level give, at each card point, the lamp's diffuse contribution (the
+    slope) and its highlight, so the session's lamp-alone value (over the calibrated exposure) gives the gain. The
+    same card points are found in both worlds through each world's camera (`card_pixels`), on plain grey, so the
+    lens's blur does not enter. Each stand's gain is the median over its points that no image clips; the lamp's is
+    the brightest stand's among those it lights well (a slope of at least half the best lit stand's), since
+    a shadow the reference world does not cast (the arm, clutter) only darkens a stand.
 
     Args:
-        image: the camera's image of the board.
-        reference_image: an image of the board in the same place, same camera and resolution, exposure 1.
-        board: the chessboard.
+        images: the session's images of the turned board on its K stands, lit by the lamp alone (K, H, W, 3).
+        dark: the same with every lamp off (K, H, W, 3).
+        references: renders of the same from the reference world (exposure 1, no blur, no noise), only the lamp on,
+            at 0, 0.5 and 1 of its built level: three sequences of K images.
+        pixels, reference_pixels: the card points in the session's and in the references' images (K, N, 2).
+        exposure: the camera's calibrated exposure (`estimate_exposure`).
         camera: camera name, used only in error messages.
 
     Returns:
-        The gain (`LensCfg.exposure` relative to the reference's).
-
-    Raises:
-        CalibrationError: shapes differ, the board is not found in either image, or every light square is
-            clipped.
+        (3,) gains: the lamp's diffuse colour is the reference's times these, channel by channel.
     """
     where = f"camera {camera!r}: " if camera else ""
-    _common_shape([image, reference_image], where, "image (image, then reference)")
-    found = []
-    for what, img in (("image", image), ("reference image", reference_image)):
-        b = _board_edges(img, board)
-        if b is None:
-            raise CalibrationError(f"{where}the board was not found in the {what}: expected all "
-                                   f"{board.inner_corners[0]} x {board.inner_corners[1]} inner corners in view")
-        found.append((_gray(img), b))
-    widths = [float(np.median(b.widths)) for _, b in found]
-    sharper = int(np.argmin(widths))
-    extra = np.sqrt(max(widths[1 - sharper] ** 2 - widths[sharper] ** 2, 0.0))
-    cells = []
-    for k, (gray, b) in enumerate(found):
-        values, clipped = _cell_centres(gray, b.corners, (board.inner_corners[1], board.inner_corners[0]))
-        if k == sharper and extra > 0.05:
-            values, _ = _cell_centres(cv2.GaussianBlur(gray, (0, 0), extra, borderType=cv2.BORDER_REFLECT),
-                                      b.corners, (board.inner_corners[1], board.inner_corners[0]))
-        cells.append((values, clipped))
-    (measured, clip_m), (reference, clip_r) = cells
-    light = ~(clip_m | clip_r) & (reference >= 0.5 * (reference.min() + reference.max()))
-    if not light.any():
-        raise CalibrationError(f"{where}every light square of the board is clipped in the image or the reference: "
-                               "expected some below the sensor's ceiling")
-    return float(np.percentile(measured[light] / reference[light], 90))
+    images, dark = list(images), list(dark)
+    off, half, full = (list(r) for r in references)
+    shape = _common_shape(images + dark + off + half + full, where, "lamp image (images, dark, then references)")
+
+    def sample(image, points):
+        """Bilinear RGB values (N, 3) at `points` (N, 2)."""
+        grid = np.asarray(points, dtype=np.float32).reshape(-1, 1, 2)
+        return cv2.remap(np.asarray(image, dtype=np.float32), grid[..., 0], grid[..., 1],
+                         cv2.INTER_LINEAR).reshape(-1, 3).astype(np.float64)
+
+    def inside(points):
+        p = np.nan_to_num(np.asarray(points, dtype=np.float64), nan=-1.0)
+        return (p[:, 0] >= 0) & (p[:, 0] <= shape[1] - 1) & (p[:, 1] >= 0) & (p[:, 1] <= shape[0] - 1)
+
+    stands = []  # (median gain (3,), median slope) per usable stand
+    for k in range(len(images)):
+        seen = inside(pixels[k]) & inside(reference_pixels[k])
+        lit, unlit = sample(images[k], pixels[k]), sample(dark[k], pixels[k])
+        at_off, at_half, at_full = (sample(r[k], reference_pixels[k]) for r in (off, half, full))
+        slope = 2.0 * (at_full - at_half)
+        highlight = at_full - at_off - slope
+        use = seen & (lit.max(axis=1) < SATURATED) & (at_full.max(axis=1) < SATURATED) & (slope.min(axis=1) > 1.0)
+        if use.sum() >= 5:
+            gain = ((lit[use] - unlit[use]) / exposure - highlight[use]) / slope[use]
+            stands.append((np.median(gain, axis=0), float(np.median(slope[use]))))
+    if not stands:
+        raise CalibrationError(f"{where}no stand shows the card lit by the lamp, unclipped, in both the session and "
+                               f"the reference ({len(images)} stands, at least 5 of its points each): expected one")
+    best_lit = max(slope for _, slope in stands)
+    return max((gain for gain, slope in stands if slope >= 0.5 * best_lit), key=lambda g: float(g.mean()))
 
 
 def _cell_centres(gray: np.ndarray, corners: np.ndarray, grid: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -3,8 +3,8 @@
 Starting point is the hand-written ungrounded world (datasheet and tape measure). Each stage replaces that
 world's guesses with estimates from the session: registration of the robot base and conveyor, link-length offsets
 (given the registered base), actuator gains, damping, friction and latency (given base and kinematics), belt speed,
-object masses, cameras (intrinsics, distortion, blur, exposure, head extrinsics) and, through the calibrated
-camera, object colours and lighting. The result is a world file of kind `grounded` whose `provenance` section
+object masses, cameras (intrinsics, distortion, blur, exposure, head extrinsics), the lamps and, through the
+calibrated camera, object colours and lighting. The result is a world file of kind `grounded` whose `provenance` section
 records the session's hash, every estimator's residuals and each self-check's residual and bound.
 """
 
@@ -23,7 +23,7 @@ from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import World, calibrated_paths, get_path
 
-# Reference renders for blur and exposure come from a simulated rig of the starting world, whose lenses are ideal
+# Reference renders for blur, exposure and the lamps come from a simulated rig of the starting world, whose lenses are ideal
 # (no blur, unit exposure): the estimators compare the session's images with those to remove their own bias.
 EXTRA_PATHS = ("belt.speed_jitter",)
 
@@ -37,7 +37,7 @@ def _replace_item(items: tuple, name: str, **changes) -> tuple:
     return tuple(dataclasses.replace(x, **changes) if x.name == name else x for x in items)
 
 
-SESSION_GROUPS = ("cameras", "survey", "kinematics", "actuators", "belt", "masses", "appearance")
+SESSION_GROUPS = ("cameras", "survey", "kinematics", "actuators", "belt", "masses", "lamps", "appearance")
 SURVEY_PARTS = ("robot_base", "conveyor")
 ARM_DOF = 7
 
@@ -142,17 +142,18 @@ def _read_session(s: _Session, cell: CellCfg) -> dict:
         size = views.shape[1]
         if views.shape[2] != size:
             s.fail(f"dataset '{base}/views'", f"has shape {views.shape}", "square images (N, S, S, 3)")
-        entry = {"views": views, "seed": s.number(base, "seed", integer=True, low=0, high=2**32 - 1)}
+        entry = {"views": views, "seed": s.number(base, "seed", integer=True, low=0, high=2**32 - 1),
+                 "flat_field": s.array(f"{base}/flat_field", (size, size, 3), "uint8")}
         if "fixture" in s.f[base]:
             entry["fixture"] = s.array(f"{base}/fixture", (len(BOARD_FIXTURE_POSES), size, size, 3), "uint8")
-        else:
-            seeds = np.asarray(s.attr(base, "exposure_seeds"))
-            if (seeds.ndim != 1 or len(seeds) == 0 or seeds.dtype.kind not in "iu"
-                    or (seeds < 0).any()):
-                s.fail(f"attr '{base}/exposure_seeds'", f"= {seeds.tolist()!r}", "a list of integer seeds >= 0")
-            entry["exposure_seeds"] = [int(x) for x in seeds]
-            entry["exposure_views"] = s.array(f"{base}/exposure_views", (len(seeds), size, size, 3), "uint8")
         out["cameras"][cam.name] = entry
+    lamp_camera = s.attr("lamps", "camera")
+    if lamp_camera not in out["cameras"]:
+        s.fail("attr 'lamps/camera'", f"= {lamp_camera!r}", f"one of the session's cameras ({', '.join(out['cameras'])})")
+    size = out["cameras"][lamp_camera]["views"].shape[1]
+    out["lamps"] = {"camera": lamp_camera, "images": {
+        name: s.array(f"lamps/{name}", (len(BOARD_FIXTURE_POSES), size, size, 3), "uint8")
+        for name in ["dark"] + [light.name for light in cell.lights]}}
     out["survey"] = {part: s.array(f"survey/{part}", (None, 3), min_rows=3) for part in SURVEY_PARTS}
     q = s.array("kinematics/q", (None, ARM_DOF), min_rows=5)
     out["kinematics"] = (q, s.array("kinematics/flange", (len(q), 3), min_rows=5))
@@ -289,25 +290,44 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
             # Same seed as the session: the operator's board poses relative to the camera are alike.
             reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size, seed=data["seed"])
             blur = camera.estimate_blur(list(views), board, reference, camera=cam.name)
+        with stage(f"cameras/{cam.name}/flat_field"):
+            exposure = camera.estimate_exposure(data["flat_field"], reference_rig.flat_field(cam.name, size, size),
+                                                camera=cam.name)
         pose = cam.pose
         if "fixture" in data:
             with stage(f"cameras/{cam.name}/fixture"):
-                reference_fixture = reference_rig.board_on_fixture(cam.name, size, size)
-                exposure = _median_exposure(camera, data["fixture"], reference_fixture, board, cam.name)
                 pos, rpy = camera.estimate_extrinsics(data["fixture"], board, intr, BOARD_FIXTURE_POSES,
                                                       camera=cam.name)
             pose = dataclasses.replace(pose, pos=tuple(map(float, pos)), rpy=tuple(map(float, rpy)))
-        else:
-            with stage(f"cameras/{cam.name}/exposure_views"):
-                reference_views = [reference_rig.board_views(cam.name, 1, size, size, s)[0]
-                                   for s in data["exposure_seeds"]]
-                exposure = _median_exposure(camera, data["exposure_views"], reference_views, board, cam.name)
         lens = dataclasses.replace(cam.lens, fx=intr.fx, fy=intr.fy, cx=intr.cx, cy=intr.cy,
                                    distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
         cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))
         residuals[f"camera.{cam.name}"] = {"reprojection_rms_px": intr.rms_px, "views_used": intr.views_used,
                                            "views_rejected": intr.views_rejected}
     cell = cell.replace(cameras=tuple(cameras))
+
+    # -- lamps, through a camera whose exposure is now known -----------------------------------------------------
+    step("lamps")
+    lamp_camera, lamp_images = session["lamps"]["camera"], session["lamps"]["images"]
+    size = lamp_images["dark"].shape[1]
+    calibrated, reference = (next(c for c in cameras if c.name == lamp_camera) for cameras in (cell.cameras,
+                                                                                                start.cell.cameras))
+    # The same card points through each world's camera: the session's as just calibrated, the references' as built.
+    pixels, reference_pixels = (camera.card_pixels(c.lens, c.pose.pos, c.pose.rpy, BOARD_FIXTURE_POSES, board, size,
+                                                   size) for c in (calibrated, reference))
+    lights = []
+    for light in cell.lights:
+        with stage(f"lamps/{light.name}"):
+            references = [reference_rig.board_on_fixture(lamp_camera, size, size, {light.name: level}, back=True)
+                          for level in (0.0, 0.5, 1.0)]
+            gains = camera.estimate_lamp(lamp_images[light.name], lamp_images["dark"], references, pixels,
+                                         reference_pixels, calibrated.lens.exposure, camera=lamp_camera)
+        # The reference lamp's diffuse colour times the gains; the brightest channel is the intensity (see
+        # `r2s2r.cell.spec.LightCfg`).
+        diffuse = gains * np.asarray(light.colour) * light.intensity
+        intensity = float(diffuse.max())
+        lights.append(dataclasses.replace(light, intensity=intensity, colour=tuple(map(float, diffuse / intensity))))
+    cell = cell.replace(lights=tuple(lights))
 
     # -- appearance, last: it renders through the calibrated camera --------------------------------------------
     step("object colours and lighting")
@@ -333,20 +353,6 @@ class _Stage:
                 str(self.path)):
             raise CalibrationError(f"{self.path}: {self.what}: {exc}") from None
         return False
-
-
-def _median_exposure(camera, views, reference, board: BoardCfg, name: str) -> float:
-    """Exposure from view pairs (session, reference) taken with the same seed, over the pairs that show the board."""
-    ratios = []
-    for view, ref in zip(views, reference):
-        try:
-            ratios.append(camera.estimate_exposure(view, ref, board))
-        except CalibrationError:  # a finger hides part of the board in one of the two views: skip the pair
-            continue
-    if not ratios:
-        raise CalibrationError(f"camera {name}: exposure: 0 of {len(views)} view pairs usable: expected at least one "
-                               "pair whose session view and reference render both show the whole board")
-    return float(np.median(ratios))
 
 
 def grounded_world_data(cell: CellCfg, start: World, session_path: Path, residuals: dict) -> dict:

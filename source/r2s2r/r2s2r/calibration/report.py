@@ -48,6 +48,8 @@ AXES: tuple[Axis, ...] = (
     Axis("belt speed", "%", ("belt.speed_scale",), relative=True),
     Axis("object masses", "%", (".mass",), relative=True),
     Axis("object colours", "RGB (0..1)", ("colours.",)),
+    Axis("lamp colours", "RGB (0..1)", (".colour",)),  # before the next: both are under "lights."
+    Axis("lamp intensities", "%", ("lights.",), relative=True),
     Axis("lighting intensity range", "factor", ("lighting.intensity_range",)),
     Axis("lighting tint", "factor", ("lighting.tint",)),
 )

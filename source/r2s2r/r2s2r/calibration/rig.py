@@ -14,6 +14,7 @@ import zlib
 import mujoco
 import numpy as np
 
+from r2s2r.cell.mjcf import FLAT_FIELD_PANEL
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES, conveyor_points, robot_base_points
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import load_world
@@ -39,6 +40,9 @@ CALIBRATION_SUPERSAMPLE = {"pinhole": 2, "fisheye": 4}
 CORNER_NOISE_PX = {"pinhole": 0.05, "fisheye": 0.2}
 # Largest tilt (rad, about each in-plane axis) of the calibration board away from facing the camera.
 BOARD_TILT = 0.45
+TURNED = np.diag([1.0, -1.0, -1.0])  # the board turned around on its stand: half a turn about its x axis
+# The flat-field panel's distance from the lens (m): against it, yet beyond the renderer's near plane (1.5 cm).
+FLAT_FIELD_DISTANCE = 0.03
 
 
 class SimRig:
@@ -51,6 +55,7 @@ class SimRig:
         self.model, self.physics, self.index = self.sim.model, self.sim.physics, self.sim.index
         self.physics_hz = 1.0 / self.model.opt.timestep
         self.board_mocap = self.model.body("calibration_board").mocapid[0]
+        self.panel_mocap = self.model.body(FLAT_FIELD_PANEL).mocapid[0]
         self.sim.home()
 
     def _renderer(self, camera: str, width: int, height: int):
@@ -149,17 +154,42 @@ class SimRig:
                 return False
         return True
 
-    def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
+    def board_on_fixture(self, camera: str, width: int, height: int, lamps: dict[str, float] | None = None,
+                         back: bool = False) -> np.ndarray:
+        names = [light.name for light in self.cell.lights]
+        unknown = sorted(set(lamps or ()) - set(names))
+        if unknown:
+            raise ConfigError(f"lamps = {unknown!r}: expected names of the cell's lamps ({', '.join(names)})")
+        # Each lighting has its own sensor noise (a lamp-alone and a dark image do not share it); the same call
+        # always draws the same.
+        noise = zlib.crc32(repr((back, sorted(lamps.items()) if lamps is not None else None)).encode())
         images = []
+        self.sim.set_lights(levels=lamps)
         with self._renderer(camera, width, height) as renderer:
             for pos, rpy in BOARD_FIXTURE_POSES:
                 d = self.sim.home()
                 d.mocap_pos[self.board_mocap] = pos
-                d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(rpy))
+                d.mocap_quat[self.board_mocap] = mat_to_quat(rpy_to_mat(rpy) @ (TURNED if back else np.eye(3)))
                 mujoco.mj_forward(self.model, d)
-                images.append(renderer.render(self.physics, rng=np.random.default_rng(len(images)))[camera]["rgb"][0])
+                rng = np.random.default_rng((noise, len(images)))
+                images.append(renderer.render(self.physics, rng=rng)[camera]["rgb"][0])
+        self.sim.set_lights()
         self.sim.home()
         return np.stack(images)
+
+    def flat_field(self, camera: str, width: int, height: int) -> np.ndarray:
+        d, cam_pos, cam_rot = self._camera_at_home(camera)
+        # Square to the optical axis (the camera looks along its -z), just beyond the renderer's near plane.
+        d.mocap_pos[self.panel_mocap] = cam_pos - cam_rot[:, 2] * FLAT_FIELD_DISTANCE
+        d.mocap_quat[self.panel_mocap] = mat_to_quat(cam_rot)
+        mujoco.mj_forward(self.model, d)
+        self.sim.set_lights(0.0)
+        with self._renderer(camera, width, height) as renderer:
+            rng = np.random.default_rng(zlib.crc32(camera.encode()))
+            image = renderer.render(self.physics, rng=rng)[camera]["rgb"][0]
+        self.sim.set_lights()
+        self.sim.home()
+        return image
 
     def scene_images(self, camera: str, count: int, width: int, height: int,
                      seed: int) -> list[tuple[np.ndarray, dict]]:

@@ -320,6 +320,9 @@ def _add_clutter(spec: mujoco.MjSpec, count: int) -> None:
                                 euler=[0, 0, rng.uniform(0, math.pi)], contype=0, conaffinity=0)
 
 
+FLAT_FIELD_PANEL = "flat_field_panel"
+
+
 def _add_board(spec: mujoco.MjSpec, board: BoardCfg) -> None:
     # Black squares as thin boxes on a white plate with a one-square margin: exact geometry, no texture sampling.
     cols, rows = board.squares
@@ -327,12 +330,22 @@ def _add_board(spec: mujoco.MjSpec, board: BoardCfg) -> None:
     body = spec.worldbody.add_body(name="calibration_board", mocap=True, pos=[0, 0, -1])
     body.add_geom(name="calibration_board_plate", type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.95, 0.95, 0.95, 1],
                   size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 0.002], pos=[0, 0, -0.002], contype=0, conaffinity=0)
+    # Its back carries a plain grey card (light measurements; mid-grey stays below the sensor's ceiling).
+    body.add_geom(name="calibration_board_card", type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.45, 0.45, 0.45, 1],
+                  size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 1e-4], pos=[0, 0, -0.0041], contype=0, conaffinity=0)
     for c in range(cols):
         for r in range(rows):
             if (c + r) % 2 == 0:
                 body.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.02, 0.02, 0.02, 1], size=[s / 2, s / 2, 1e-4],
                               pos=[(c - (cols - 1) / 2) * s, (r - (rows - 1) / 2) * s, 1e-4], contype=0,
                               conaffinity=0)
+    # A flat-field light panel, held against a lens with the cell's lamps off to measure the camera's exposure on
+    # its own (a board under the lamps measures exposure times lamp intensity). Self-luminous: its image depends
+    # on the lens, not on the lamps.
+    spec.add_material(name=FLAT_FIELD_PANEL, rgba=[0.5, 0.5, 0.5, 1], emission=0.6, specular=0.0)
+    panel = spec.worldbody.add_body(name=FLAT_FIELD_PANEL, mocap=True, pos=[0, 0, -1.5])
+    panel.add_geom(type=mujoco.mjtGeom.mjGEOM_BOX, size=[0.3, 0.3, 0.001], material=FLAT_FIELD_PANEL, contype=0,
+                   conaffinity=0)
 
 
 def build_model(cell: CellCfg) -> mujoco.MjModel:

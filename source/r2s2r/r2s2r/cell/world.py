@@ -59,6 +59,8 @@ CALIBRATED: tuple[str, ...] = (
     "objects.*.mass",
     "novel_objects.*.mass",
     "colours.*",
+    "lights.*.intensity",
+    "lights.*.colour",
     "lighting.intensity_range",
     "lighting.tint",
 )

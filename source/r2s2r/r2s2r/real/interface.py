@@ -58,9 +58,17 @@ class CalibrationRig(ABC):
         """Images of the chessboard held at `count` different poses in front of `camera`."""
 
     @abstractmethod
-    def board_on_fixture(self, camera: str, width: int, height: int) -> np.ndarray:
+    def board_on_fixture(self, camera: str, width: int, height: int, lamps: dict[str, float] | None = None,
+                         back: bool = False) -> np.ndarray:
         """Images (K, H, W, 3) of the chessboard on each of its K surveyed stands (`cell.fiducials.BOARD_FIXTURE_POSES`,
-        in that order; for extrinsics and exposure)."""
+        in that order; for extrinsics and the lamps). `lamps` (lamp name -> dimmer level, 1 = as installed) lights
+        the board with the lamps it names only; None: every lamp on. `back`: the board turned around on its stands,
+        the grey card on its back toward the cameras (for measuring light)."""
+
+    @abstractmethod
+    def flat_field(self, camera: str, width: int, height: int) -> np.ndarray:
+        """An image (H, W, 3) of a flat-field light panel held against the lens with the cell's lamps off: the
+        camera's exposure on its own."""
 
     @abstractmethod
     def survey(self) -> dict[str, np.ndarray]:

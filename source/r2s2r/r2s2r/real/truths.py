@@ -124,16 +124,19 @@ RANGES: dict[str, Range] = {
                                       f"each end: 2x the largest in {TRUTHS} (0.3, alt low end); sorted low <= high"),
     "lighting.tint": Range(0.025, 0.16, "(relative)", "add",
                            f"constant light nominal; {TRUTHS} tint 0.05-0.08, 2x the largest", signs="+"),
+    "lights.*.intensity": Range(0.036, 0.33, "relative", "factor",
+                                f"2x the largest lamp deviation in {TRUTHS} (fill, x1/1.17)"),
+    # A lamp's colour is its chromaticity (the brightest channel 1) and its intensity the brightness: only their
+    # product lights the cell, so the brightest channel stays 1 and the other two move (within 0..1, below it).
+    **{f"lights.{lamp}.colour[{channels}]": Range(0.005, 0.2, "RGB", "add", f"2x the largest lamp colour deviation "
+                                                  f"in {TRUTHS} (0.1); the brightest channel stays 1", limits=RGB)
+       for lamp, channels in (("key", "1,2"), ("fill", "0,1"))},  # key: red brightest, fill: blue
     # -- residual gap: the twin has these, calibration does not estimate them -------------------------------------
     "cameras.*.lens.noise_std": Range(0.005, 0.03, "intensity", "add",
                                       f"noise-free nominal; {TRUTHS} 0.01-0.015, 2x the largest", signs="+", gap=True),
     **{f"{group}.*.friction": Range(0.025, 0.7, "relative", "factor", f"{TRUTHS} frictions are 1.0-1.35x the "
                                     "catalogue: 2x the largest (m = 0.35), either way", gap=True)
        for group in ("objects", "novel_objects")},
-    "lights.*.intensity": Range(0.036, 0.33, "relative", "factor",
-                                f"2x the largest lamp deviation in {TRUTHS} (fill, x1/1.17)", gap=True),
-    "lights.*.colour": Range(0.005, 0.2, "RGB", "add", f"2x the largest lamp colour deviation in {TRUTHS} (0.1)",
-                             limits=RGB, gap=True),
     "clutter": Range(2, 16, "items", "add", f"a clean cell nominal; {TRUTHS} have 5 and 8 items, 2x the largest",
                      signs="+", gap=True),
 }
