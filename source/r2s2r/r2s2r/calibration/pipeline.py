@@ -199,8 +199,9 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     under `self_checks`. The geometry and dynamics estimators run first, being quick: a bad recording there stops
     grounding before the cameras' minutes of work."""
     from r2s2r.calibration import actuators, appearance, belt, camera, checks, kinematics, registration
-    from r2s2r.calibration.rig import (CORNER_NOISE_PX, ENCODER_RESOLUTION, OBJECT_TRACKER_NOISE, SCALE_NOISE,
-                                       TRACKER_NOISE, SimRig)
+    from r2s2r.calibration.rig import (ENCODER_RESOLUTION, OBJECT_TRACKER_NOISE, SCALE_NOISE, TRACKER_NOISE, SimRig,
+                                       corner_noise)
+    from r2s2r.render.camera_model import BLUR_REFERENCE_WIDTH
 
     step = progress or (lambda what: None)
     cell = start.cell
@@ -281,15 +282,16 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
         size = views.shape[1]
         with stage(f"cameras/{cam.name}/views"):
             intr = camera.calibrate_intrinsics(list(views), board, cam.lens.model, camera=cam.name)
+            # Same seed as the session: the operator's board poses relative to the camera are alike. The blur comes
+            # before the intrinsics' self-check, whose corner noise grows with it.
+            reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size, seed=data["seed"])
+            blur = camera.estimate_blur(list(views), board, reference, camera=cam.name)
             # Per view: six pose parameters; per camera: fx, fy, cx, cy and, for a fisheye, k1-k3.
             unknowns = 6 * intr.views_used + (7 if cam.lens.model == "fisheye" else 4)
             corners = intr.views_used * len(board.corner_points())
+            noise = corner_noise(cam.lens.model, blur * size / BLUR_REFERENCE_WIDTH)
             check(f"camera {cam.name} intrinsics", intr.rms_px,
-                  checks.least_squares_floor(CORNER_NOISE_PX[cam.lens.model] / np.sqrt(2), corners, unknowns,
-                                             axes=2), "px")
-            # Same seed as the session: the operator's board poses relative to the camera are alike.
-            reference = reference_rig.board_views(cam.name, min(len(views), 8), size, size, seed=data["seed"])
-            blur = camera.estimate_blur(list(views), board, reference, camera=cam.name)
+                  checks.least_squares_floor(noise / np.sqrt(2), corners, unknowns, axes=2), "px")
         with stage(f"cameras/{cam.name}/flat_field"):
             exposure = camera.estimate_exposure(data["flat_field"], reference_rig.flat_field(cam.name, size, size),
                                                 camera=cam.name)

@@ -38,6 +38,20 @@ CALIBRATION_SUPERSAMPLE = {"pinhole": 2, "fisheye": 4}
 # What corner detection then achieves (RMS 2-D error against the true projection, px at 512 px, at the factors above):
 # the noise a camera's reprojection residual is compared with.
 CORNER_NOISE_PX = {"pinhole": 0.05, "fisheye": 0.2}
+# Blur spreads each edge over more pixels and the corners scatter with it: corner noise grows by about this much per
+# pixel of blur sigma at the calibration resolution (a head camera at 8.8 px of blur at 512 px, the sampled truths'
+# widest, leaves 0.14 px of reprojection RMS against 0.03 px for a sharp one).
+CORNER_NOISE_PER_BLUR_PX = 0.01
+
+
+def corner_noise(model: str, blur_px: float) -> float:
+    """RMS 2-D corner error (px) of a `model` lens whose blur sigma is `blur_px` at the calibration resolution."""
+    return float(np.hypot(CORNER_NOISE_PX[model], CORNER_NOISE_PER_BLUR_PX * blur_px))
+# How far from the lens the operator holds the board (m). Near enough for the head cameras' squares to span 25-45 px
+# at 512 px, so the pattern survives a blurred lens: at 2.2 px of blur (at 128 px, the top of the sampled truths'
+# range), 22 of 30 views are found at 0.25-0.45 m, 11 at 0.3-0.5 m and 4 at the 0.45-0.75 m used before.
+HEAD_BOARD_DISTANCE = (0.25, 0.45)
+WRIST_BOARD_DISTANCE = (0.16, 0.3)
 # Largest tilt (rad, about each in-plane axis) of the calibration board away from facing the camera.
 BOARD_TILT = 0.45
 TURNED = np.diag([1.0, -1.0, -1.0])  # the board turned around on its stand: half a turn about its x axis
@@ -82,7 +96,7 @@ class SimRig:
         for _attempt in range(200 * count):
             if len(poses) == count:
                 break
-            dist = rng.uniform(0.16, 0.3) if near else rng.uniform(0.45, 0.75)
+            dist = rng.uniform(*(WRIST_BOARD_DISTANCE if near else HEAD_BOARD_DISTANCE))
             # Where the operator aims the board centre, as a viewing angle from the optical axis.
             max_angle = 0.9 if lens.model == "fisheye" else 0.35
             angle, azimuth = rng.uniform(0, max_angle), rng.uniform(-np.pi, np.pi)
