@@ -62,7 +62,7 @@ def main(argv=None) -> int:
         return 2
     try:
         start = load_world(args.start)
-        with tqdm(total=len(start.cell.cameras) + 5, desc="calibrating", unit="stage") as bar:
+        with tqdm(total=len(start.cell.cameras) + 6, desc="calibrating", unit="stage") as bar:
             def progress(what: str) -> None:  # called as each stage starts
                 if bar.postfix:
                     bar.update(1)

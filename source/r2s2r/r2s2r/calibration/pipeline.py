@@ -4,8 +4,8 @@ Starting point is the hand-written ungrounded world (datasheet and tape measure)
 world's guesses with estimates from the session: registration of the robot base and conveyor, link-length offsets
 (given the registered base), actuator gains, damping, friction and latency (given base and kinematics), belt speed,
 object masses, cameras (intrinsics, distortion, blur, exposure, head extrinsics), the lamps and, through the
-calibrated camera, object colours and lighting. The result is a world file of kind `grounded` whose `provenance` section
-records the session's hash, every estimator's residuals and each self-check's residual and bound.
+calibrated camera, object colours and lighting. The result is a world file of kind `grounded` whose `provenance`
+section records the session's hash, every estimator's residuals and each self-check's residual and bound.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import World, calibrated_paths, get_path
 
-# Reference renders for blur, exposure and the lamps come from a simulated rig of the starting world, whose lenses are ideal
-# (no blur, unit exposure): the estimators compare the session's images with those to remove their own bias.
+# Reference renders for blur, exposure and the lamps come from a simulated rig of the starting world, whose lenses are
+# ideal (no blur, unit exposure): the estimators compare the session's images with those to remove their own bias.
 EXTRA_PATHS = ("belt.speed_jitter",)
 
 
@@ -312,8 +312,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     step("lamps")
     lamp_camera, lamp_images = session["lamps"]["camera"], session["lamps"]["images"]
     size = lamp_images["dark"].shape[1]
-    calibrated, reference = (next(c for c in cameras if c.name == lamp_camera) for cameras in (cell.cameras,
-                                                                                                start.cell.cameras))
+    calibrated, reference = (next(c for c in world.cameras if c.name == lamp_camera) for world in (cell, start.cell))
     # The same card points through each world's camera: the session's as just calibrated, the references' as built.
     pixels, reference_pixels = (camera.card_pixels(c.lens, c.pose.pos, c.pose.rpy, BOARD_FIXTURE_POSES, board, size,
                                                    size) for c in (calibrated, reference))

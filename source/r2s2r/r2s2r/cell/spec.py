@@ -346,6 +346,8 @@ class LightCfg:
     name: str
     pos: Vec3
     direction: Vec3 = (0.0, 0.0, -1.0)
+    # The light's diffuse RGB is colour x intensity; world files state the colour with its brightest channel at 1
+    # (the lamp's chromaticity) and the brightness as the intensity, so calibration can tell the two apart.
     colour: Vec3 = (1.0, 1.0, 1.0)
     intensity: float = 0.6
     directional: bool = False
