@@ -51,7 +51,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from r2s2r.calibration import CalibrationError
-from r2s2r.cell.spec import BoardCfg
+from r2s2r.cell.spec import BOARD_CARD_DEPTH, BoardCfg
 from r2s2r.geometry import mat_to_rpy, rpy_to_mat
 from r2s2r.render.camera_model import BLUR_REFERENCE_WIDTH
 
@@ -774,8 +774,8 @@ def card_pixels(lens, pos, rpy, stands, board: BoardCfg, width: int, height: int
     cols, rows = board.squares
     half = 0.2 * (np.array([cols, rows]) + 2) * board.square_size
     x, y = np.meshgrid(np.linspace(-half[0], half[0], 25), np.linspace(-half[1], half[1], 25))
-    # The turned board's frame is the stand's turned half a turn about x; the card lies 4.2 mm behind the front.
-    back = np.stack([x.ravel(), -y.ravel(), np.full(x.size, 0.0042)], axis=1)
+    # The turned board's frame is the stand's turned half a turn about x: the card's face lies at +BOARD_CARD_DEPTH.
+    back = np.stack([x.ravel(), -y.ravel(), np.full(x.size, BOARD_CARD_DEPTH)], axis=1)
     r_world_cam, model = rpy_to_mat(rpy), CameraModel(lens, width, height)
     out = []
     for stand_pos, stand_rpy in stands:

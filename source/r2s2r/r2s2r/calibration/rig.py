@@ -14,8 +14,8 @@ import zlib
 import mujoco
 import numpy as np
 
-from r2s2r.cell.mjcf import FLAT_FIELD_PANEL
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES, conveyor_points, robot_base_points
+from r2s2r.cell.mjcf import FLAT_FIELD_PANEL
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
@@ -42,11 +42,6 @@ CORNER_NOISE_PX = {"pinhole": 0.05, "fisheye": 0.2}
 # pixel of blur sigma at the calibration resolution (a head camera at 8.8 px of blur at 512 px, the sampled truths'
 # widest, leaves 0.14 px of reprojection RMS against 0.03 px for a sharp one).
 CORNER_NOISE_PER_BLUR_PX = 0.01
-
-
-def corner_noise(model: str, blur_px: float) -> float:
-    """RMS 2-D corner error (px) of a `model` lens whose blur sigma is `blur_px` at the calibration resolution."""
-    return float(np.hypot(CORNER_NOISE_PX[model], CORNER_NOISE_PER_BLUR_PX * blur_px))
 # How far from the lens the operator holds the board (m). Near enough for the head cameras' squares to span 25-45 px
 # at 512 px, so the pattern survives a blurred lens: at 2.2 px of blur (at 128 px, the top of the sampled truths'
 # range), 22 of 30 views are found at 0.25-0.45 m, 11 at 0.3-0.5 m and 4 at the 0.45-0.75 m used before.
@@ -57,6 +52,11 @@ BOARD_TILT = 0.45
 TURNED = np.diag([1.0, -1.0, -1.0])  # the board turned around on its stand: half a turn about its x axis
 # The flat-field panel's distance from the lens (m): against it, yet beyond the renderer's near plane (1.5 cm).
 FLAT_FIELD_DISTANCE = 0.03
+
+
+def corner_noise(model: str, blur_px: float) -> float:
+    """RMS 2-D corner error (px) of a `model` lens whose blur sigma is `blur_px` at the calibration resolution."""
+    return float(np.hypot(CORNER_NOISE_PX[model], CORNER_NOISE_PER_BLUR_PX * blur_px))
 
 
 class SimRig:

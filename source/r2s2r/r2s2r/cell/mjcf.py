@@ -17,7 +17,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell import robots
-from r2s2r.cell.spec import ArmCfg, BinCfg, BoardCfg, CellCfg, ObjectCfg
+from r2s2r.cell.spec import BOARD_CARD_DEPTH, ArmCfg, BinCfg, BoardCfg, CellCfg, ObjectCfg
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
 from r2s2r.physics.base import PeriodicJoint
@@ -332,7 +332,8 @@ def _add_board(spec: mujoco.MjSpec, board: BoardCfg) -> None:
                   size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 0.002], pos=[0, 0, -0.002], contype=0, conaffinity=0)
     # Its back carries a plain grey card (light measurements; mid-grey stays below the sensor's ceiling).
     body.add_geom(name="calibration_board_card", type=mujoco.mjtGeom.mjGEOM_BOX, rgba=[0.45, 0.45, 0.45, 1],
-                  size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 1e-4], pos=[0, 0, -0.0041], contype=0, conaffinity=0)
+                  size=[(cols + 2) * s / 2, (rows + 2) * s / 2, 1e-4], pos=[0, 0, 1e-4 - BOARD_CARD_DEPTH], contype=0,
+                  conaffinity=0)
     for c in range(cols):
         for r in range(rows):
             if (c + r) % 2 == 0:

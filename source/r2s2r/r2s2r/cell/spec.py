@@ -445,6 +445,10 @@ def _default_lights() -> tuple[LightCfg, ...]:
     )
 
 
+# How far behind the board's printed face the grey card on its back faces outward (m): a 4 mm plate, a 0.2 mm card.
+BOARD_CARD_DEPTH = 0.0042
+
+
 @dataclass(frozen=True)
 class BoardCfg:
     """A chessboard calibration target (a mocap body, placed where the calibration session holds it).
