@@ -1,13 +1,16 @@
 """Camera calibration from chessboard images: intrinsics, distortion, head extrinsics, blur and exposure.
 
 Corners. `cv2.findChessboardCornersSB` finds the board (a view where something hides part of it is dropped: the
-squares around every corner must alternate). The corners are then re-measured from the board's edges, which carry
+squares around every corner must alternate); under strong blur it looks at a Wiener-deconvolved copy, whose corners
+serve only as a start. The corners are then re-measured from the board's edges, which carry
 far more of the image than the neighbourhood of a corner: every inner grid line is an edge whose side colours
 alternate square by square. Intensity profiles are taken across each line between the corners, and each profile is
 fitted with the chessboard it crosses, blurred by a Gaussian of free width: the edge, the parallel edges one square
 away on either side (their leak into a blurred profile is unequal when perspective or a fisheye makes the two
 squares unequal, and would pull a lone-step estimate toward the narrower one) and, beyond an outer line's outer
-square, the white margin; clipped samples carry no weight. Each line is a straight line through its edge positions,
+square, the white margin; clipped samples carry no weight. The blur is fitted per profile, then held at each
+line's median while the profiles are fitted again (a blur that spans much of a square otherwise trades off against
+the contrast). A view whose narrowest square spans too few blur widths is not measured. Each line is a straight line through its edge positions,
 or a quadratic where the edges are clearly curved (the image of a straight line through a fisheye; a quadratic
 follows it to ~0.01 px across a board), with an offset between the two edge polarities left out (dark squares that
 look larger or smaller than light ones: blooming, clipped highlights). Each corner is the intersection of its row and
@@ -74,6 +77,16 @@ SATURATED = 254.0  # profile samples at or above this (8-bit) are left out of th
 # floor.
 VIEW_OUTLIER_FACTOR = 2.0
 VIEW_OUTLIER_FLOOR_PX = 0.1
+# Detection under blur: Wiener deconvolution by Gaussians of these sigmas (px at `BLUR_REFERENCE_WIDTH`, the
+# sampled truths' blur reaches 2.2) at this signal-to-noise power ratio. On a wrist fisheye blurred by 1.9 (7.6 px
+# at 512 px), the plain detector finds the board in 2 of 20 views; deconvolved by 1.5-2.0, in 16-17.
+DECONVOLUTION_SIGMAS = (0.75, 1.25, 1.75, 2.25)
+DECONVOLUTION_SNR = 1000.0
+# A view is measured only where its narrowest square spans at least this many edge widths (blur sigmas): below,
+# the blurred edges on either side of a square merge and pull the lines toward each other. On a wrist fisheye
+# blurred by 7.6 px, views above the bound had corners within 0.1-0.4 px of the true projection (one of 14 at
+# 1.3 px), views below it 0.5-3.2 px.
+MIN_SQUARE_WIDTHS = 2.2
 # A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
 PATTERN_CONTRAST = 0.35
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -175,6 +188,9 @@ def _board_edges(image: np.ndarray, board: BoardCfg) -> _Board | None:
         corners = _canonical_order(corners, grid)
         if _pattern_intact(gray, corners, grid):
             result = _refine_on_edges(gray, corners, grid)
+        if result is not None and _square_size(result.corners.reshape(*grid, 2), np.min) < (
+                MIN_SQUARE_WIDTHS * np.median(result.widths)):
+            result = None
     _cache[key] = result
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
@@ -204,6 +220,18 @@ def _detect(gray: np.ndarray, pattern: tuple[int, int]) -> np.ndarray | None:
     ok, c = cv2.findChessboardCornersSB(g8, pattern, flags=cv2.CALIB_CB_EXHAUSTIVE | cv2.CALIB_CB_ACCURACY)
     if ok:
         return c.reshape(-1, 2).astype(np.float64)
+    # A lens blurred to a large fraction of a square: the detector looks at a sharpened copy (the corners it gives
+    # are only a start; the edge fits then measure the blurred image itself). The blur is not known yet, so
+    # deconvolution tries widths across the range lenses show, narrowest first.
+    spectrum = np.fft.rfft2(gray)
+    freq2 = np.add.outer(np.fft.fftfreq(gray.shape[0]) ** 2, np.fft.rfftfreq(gray.shape[1]) ** 2)
+    for sigma in DECONVOLUTION_SIGMAS:
+        otf = np.exp(-2.0 * np.pi ** 2 * (sigma * gray.shape[1] / BLUR_REFERENCE_WIDTH) ** 2 * freq2)
+        sharp = np.fft.irfft2(spectrum * otf / (otf ** 2 + 1.0 / DECONVOLUTION_SNR), s=gray.shape)
+        ok, c = cv2.findChessboardCornersSB(np.clip(np.rint(sharp), 0, 255).astype(np.uint8), pattern,
+                                            flags=cv2.CALIB_CB_EXHAUSTIVE)
+        if ok:
+            return c.reshape(-1, 2).astype(np.float64)
     return None
 
 
@@ -233,8 +261,9 @@ def _canonical_order(corners: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     return min(candidates, key=lambda c: c[0, 0].sum()).reshape(-1, 2).copy()
 
 
-def _square_size(c: np.ndarray) -> float:
-    return float(np.median(np.concatenate([np.linalg.norm(np.diff(c, axis=1), axis=-1).ravel(),
+def _square_size(c: np.ndarray, statistic=np.median) -> float:
+    """A statistic (the median, unless given) of the grid's square sides, in px."""
+    return float(statistic(np.concatenate([np.linalg.norm(np.diff(c, axis=1), axis=-1).ravel(),
                                            np.linalg.norm(np.diff(c, axis=0), axis=-1).ravel()])))
 
 
@@ -294,7 +323,7 @@ def _distance_along(p: np.ndarray, nrm: np.ndarray, other: _Line) -> np.ndarray:
 
 
 def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.ndarray, outer: np.ndarray,
-              sigma0: float) -> tuple[np.ndarray, ...]:
+              sigma0: float | np.ndarray, free_sigma: bool = True) -> tuple[np.ndarray, ...]:
     """Fit each profile with the blurred chessboard it crosses.
 
     The profile crosses the line's edge and runs toward the parallel edges one square away on either side (at
@@ -304,7 +333,8 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     the line mixes in the neighbouring columns' squares, whose colours are the inverse: that only scales and
     offsets the profile, except beyond an outer line's outer square, where the margin is white in every column;
     `outer` (per profile: -1 or +1, 0 across an inner line) names that side, and the margin gets a term of free
-    amplitude. Samples the sensor clipped carry no weight.
+    amplitude. Samples the sensor clipped carry no weight. The blur width starts at `sigma0` (per profile or one for
+    all) and is fitted too unless `free_sigma` is False.
 
     Returns, per profile: edge position (px along the profile), blur sigma (px), dark and light levels, whether
     the fit is usable, and the step's sign (+1 where the profile rises from dark to light).
@@ -320,7 +350,7 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     dark, light = np.minimum(lo, hi), np.maximum(lo, hi)
     margin_amp = np.zeros(len(prof))
     edge = np.zeros(len(prof))
-    sigma = np.full(len(prof), sigma0)
+    sigma = np.broadcast_to(np.asarray(sigma0, dtype=np.float64), (len(prof),)).copy()
     half = offs[:, -1]
     resid = np.zeros_like(prof)
     # The margin beyond an outer square: below the minus neighbour or above the plus one; nothing inside.
@@ -337,6 +367,7 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
         amp = margin_amp[:, None]
         d_edge = (-scale * s * (p1 - p0 - p2) + amp * (below * p0 - above * p2)) * inv_sigma
         d_sigma = (-scale * s * (p1 * u1 - p0 * u0 - p2 * u2) + amp * (below * p0 * u0 - above * p2 * u2)) * inv_sigma
+        d_sigma *= free_sigma  # a held width's column is zero; the ridge below then keeps its step at zero
         resid = (prof - model) * weight
         jac = np.stack([d_edge, d_sigma, 1.0 - pattern, pattern, margin], axis=2) * weight[:, :, None]
         jt = jac.transpose(0, 2, 1)
@@ -404,14 +435,22 @@ def _fit_family(gray: np.ndarray, family: list[_Line], sigma0: float, move: bool
             outer = -1 if np.median(d1) > 0 else 1  # the side away from the only neighbour
         parts.append((p, nrm, offs, prof, d.min(axis=1), d.max(axis=1), np.full(len(p), outer)))
     joined = [np.concatenate([part[k] for part in parts]) for k in range(7)]
-    results = _edge_fit(*joined[2:], sigma0)
+    first = _edge_fit(*joined[2:], sigma0)
     bounds = np.cumsum([0] + [len(part[0]) for part in parts])
+    lines = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
+    # The blur is the lens's and changes little along a line, so each line's profiles are fitted again with its
+    # median width held. Where the blur is a large fraction of a square, a profile's own width trades off against
+    # its contrast and scatters (a wrist fisheye blurred by 7.6 px, squares of 17 px: a third of the profiles
+    # unusable), while the edge, where the profile crosses the middle of its levels, stays well determined.
+    widths = [first[1][k][first[4][k]] if first[4][k].any() else first[1][k] for k in lines]
+    held = np.concatenate([np.full(k.stop - k.start, np.median(w)) for k, w in zip(lines, widths)])
+    results = _edge_fit(*joined[2:], held, free_sigma=False)
     fits, moved = [], 0.0
-    for line, part, lo, hi in zip(family, parts, bounds[:-1], bounds[1:]):
-        edge, sigma, dark, light, usable, sign = (r[lo:hi] for r in results)
+    for line, part, k, width in zip(family, parts, lines, widths):
+        edge, _, dark, light, usable, sign = (r[k] for r in results)
         if usable.mean() < 0.5:
             return None
-        fits.append(sigma[usable])
+        fits.append(width)
         if move:
             p, nrm = part[0], part[1]
             coef = _fit_curve(line, (p + edge[:, None] * nrm)[usable], sign[usable])

@@ -15,7 +15,7 @@ import mujoco
 import numpy as np
 
 from r2s2r.cell.fiducials import BOARD_FIXTURE_POSES, conveyor_points, robot_base_points
-from r2s2r.cell.mjcf import FLAT_FIELD_PANEL
+from r2s2r.cell.mjcf import FLAT_FIELD_PANEL, arm_joint_names
 from r2s2r.cell.spec import BoardCfg, CellCfg
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
@@ -46,9 +46,20 @@ CORNER_NOISE_PER_BLUR_PX = 0.01
 # at 512 px, so the pattern survives a blurred lens: at 2.2 px of blur (at 128 px, the top of the sampled truths'
 # range), 22 of 30 views are found at 0.25-0.45 m, 11 at 0.3-0.5 m and 4 at the 0.45-0.75 m used before.
 HEAD_BOARD_DISTANCE = (0.25, 0.45)
-WRIST_BOARD_DISTANCE = (0.16, 0.3)
+WRIST_BOARD_DISTANCE = (0.12, 0.22)
+# Where the crew parks each arm (joint angles, rad) for its wrist camera's board views. At home the hand's shadow
+# falls on every board held within 0.25 m of the wrist camera; here, of boards held 0.14-0.3 m away, 64 % are
+# whole in view, lit by the key lamp (face within 66 deg of it) and free of shadow, on either arm. Found by a
+# random search over postures near home, scored by that fraction (reality.yaml, no contact with the cell).
+WRIST_CALIBRATION_POSTURE = {"right": (-0.808, -1.243, 2.076, 0.433, 1.463, 2.985, -0.893),
+                             "left": (1.584, 0.892, -1.179, 0.781, 2.779, 3.711, -1.615)}
+# The board's face is turned toward each shadow-casting lamp by at least this cosine: a face lit at grazing
+# incidence shows the pattern at a fraction of its contrast.
+BOARD_LIGHT_COSINE = 0.4
 # Largest tilt (rad, about each in-plane axis) of the calibration board away from facing the camera.
 BOARD_TILT = 0.45
+# The geom groups MuJoCo's renderer draws (markers in the other groups neither hide the board nor shade it).
+_RENDERED_GROUPS = mujoco.MjvOption().geomgroup.astype(np.uint8)
 TURNED = np.diag([1.0, -1.0, -1.0])  # the board turned around on its stand: half a turn about its x axis
 # The flat-field panel's distance from the lens (m): against it, yet beyond the renderer's near plane (1.5 cm).
 FLAT_FIELD_DISTANCE = 0.03
@@ -83,13 +94,14 @@ class SimRig:
     def board_poses(self, camera: str, count: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Where the operator holds the board for `count` views: (position, rotation) in the camera's frame.
 
-        Poses are drawn from `seed` and kept when the operator, watching the live image, sees the whole pattern:
-        every outer corner inside the image of the camera's datasheet lens and not hidden by anything. The lens
+        Poses are drawn from `seed` and kept when the operator, watching the live image, sees the whole pattern
+        (every outer corner inside the image of the camera's datasheet lens and not hidden by anything) evenly lit
+        (`_board_evenly_lit`); a wrist camera's arm is in its calibration posture. The lens
         is the datasheet's, not this world's, so every world (the recorded cell and the reference renders alike)
         keeps the same poses for a seed, whatever its focal lengths; the 10 % margin the test leaves at the image
         border holds the pattern in view through a real lens a few per cent off the datasheet."""
         rng = np.random.default_rng(seed)
-        d, cam_pos, cam_rot = self._camera_at_home(camera)
+        d, cam_pos, cam_rot = self._camera_posed(camera)
         near = camera.endswith("_wrist")
         lens = _DATASHEET_LENSES.get(camera, self._lens(camera))
         poses = []
@@ -105,7 +117,7 @@ class SimRig:
             # Board face toward the camera (board z = camera +z), then tilted and turned by the operator.
             pose = (ray * dist, rpy_to_mat((tilt[0], tilt[1], rng.uniform(-0.3, 0.3))))
             self._place_board(d, cam_pos, cam_rot, pose)
-            if self._board_fully_visible(d, camera, lens):
+            if self._board_fully_visible(d, camera, lens) and self._board_evenly_lit(d):
                 poses.append(pose)
         self.sim.home()
         if len(poses) < count:
@@ -117,7 +129,7 @@ class SimRig:
         # world with or without noise (a reference render then shows the board where the session saw it).
         poses = self.board_poses(camera, count, seed)
         noise_rng = np.random.default_rng((seed, 1))
-        d, cam_pos, cam_rot = self._camera_at_home(camera)
+        d, cam_pos, cam_rot = self._camera_posed(camera)
         images = []
         with self._renderer(camera, width, height) as renderer:
             for pose in poses:
@@ -126,9 +138,16 @@ class SimRig:
         self.sim.home()
         return images
 
-    def _camera_at_home(self, camera: str) -> tuple[mujoco.MjData, np.ndarray, np.ndarray]:
-        """The cell at home, and `camera`'s position and orientation there (copies)."""
+    def _camera_posed(self, camera: str) -> tuple[mujoco.MjData, np.ndarray, np.ndarray]:
+        """The cell at home with the arm that carries `camera` (if any) in its calibration posture, and `camera`'s
+        position and orientation there (copies)."""
         d = self.sim.home()
+        mount = next(c.mount for c in self.cell.cameras if c.name == camera)
+        if mount != "world":
+            side = mount.removesuffix("_wrist")
+            for name, q in zip(arm_joint_names(side), WRIST_CALIBRATION_POSTURE[side]):
+                d.qpos[self.model.joint(name).qposadr[0]] = q
+            mujoco.mj_forward(self.model, d)
         cam = self.model.camera(camera).id
         return d, d.cam_xpos[cam].copy(), d.cam_xmat[cam].reshape(3, 3).copy()
 
@@ -146,7 +165,6 @@ class SimRig:
         board_body = m.body("calibration_board").id
         body_pos, body_rot = d.xpos[board_body], d.xmat[board_body].reshape(3, 3)
         hx, hy = (np.array(CALIBRATION_BOARD.squares) / 2) * CALIBRATION_BOARD.square_size
-        geomid = np.zeros(1, dtype=np.int32)
         for sx, sy in ((-1, -1), (-1, 1), (1, -1), (1, 1)):
             point = body_pos + body_rot @ np.array([sx * hx, sy * hy, 0.0005])
             local = cam_rot.T @ (point - cam_pos)
@@ -161,12 +179,48 @@ class SimRig:
             if not inside:
                 return False
             # Cast from the board toward the lens: anything hit before it hides the corner.
-            back = cam_pos - point
-            length = np.linalg.norm(back)
-            dist = mujoco.mj_ray(m, d, point, back / length, None, 1, board_body, geomid)
-            if geomid[0] >= 0 and dist < length - 0.001:
+            if self._blocked(d, point, cam_pos, board_body):
                 return False
         return True
+
+    def _board_evenly_lit(self, d: mujoco.MjData) -> bool:
+        """The board's face is turned toward the lamps and no shadow edge crosses it: the operator moves it out of
+        the shadow of the hand or the arm.
+
+        A shadow's edge across the squares is an edge the chessboard does not have; where it runs along a grid
+        line it pulls the line with it (wrist views with the hand's shadow on the board had corners off by up to
+        4 px). Only the shadow-casting lamps count, and their placement is the cell's design, the same in every
+        world, so the poses kept for a seed stay the same whatever the lamps' calibrated brightness."""
+        body = self.model.body("calibration_board").id
+        pos, rot = d.xpos[body], d.xmat[body].reshape(3, 3)
+        for light in self.cell.lights:
+            toward = -np.asarray(light.direction) if light.directional else np.asarray(light.pos) - pos
+            if light.casts_shadow and rot[:, 2] @ toward < BOARD_LIGHT_COSINE * np.linalg.norm(toward):
+                return False
+        # Points every half square over the pattern and one square of margin around it.
+        half = (np.array(CALIBRATION_BOARD.squares) / 2 + 1) * CALIBRATION_BOARD.square_size
+        step = CALIBRATION_BOARD.square_size / 2
+        xs, ys = (np.arange(-h, h + step / 2, step) for h in half)
+        for light in self.cell.lights:
+            if not light.casts_shadow:
+                continue
+            shaded = set()
+            for x in xs:
+                for y in ys:
+                    point = pos + rot @ np.array([x, y, 0.0005])
+                    source = point - 10.0 * np.asarray(light.direction) if light.directional else np.asarray(light.pos)
+                    shaded.add(self._blocked(d, point, source, body))
+                    if len(shaded) == 2:
+                        return False
+        return True
+
+    def _blocked(self, d: mujoco.MjData, start: np.ndarray, end: np.ndarray, exclude_body: int) -> bool:
+        """Whether a rendered geom (other than `exclude_body`'s) lies on the segment from `start` to `end`."""
+        ray = end - start
+        length = float(np.linalg.norm(ray))
+        geomid = np.zeros(1, dtype=np.int32)
+        dist = mujoco.mj_ray(self.model, d, start, ray / length, _RENDERED_GROUPS, 1, exclude_body, geomid)
+        return bool(geomid[0] >= 0 and dist < length - 0.001)
 
     def board_on_fixture(self, camera: str, width: int, height: int, lamps: dict[str, float] | None = None,
                          back: bool = False) -> np.ndarray:
@@ -192,7 +246,7 @@ class SimRig:
         return np.stack(images)
 
     def flat_field(self, camera: str, width: int, height: int) -> np.ndarray:
-        d, cam_pos, cam_rot = self._camera_at_home(camera)
+        d, cam_pos, cam_rot = self._camera_posed(camera)
         # Square to the optical axis (the camera looks along its -z), just beyond the renderer's near plane.
         d.mocap_pos[self.panel_mocap] = cam_pos - cam_rot[:, 2] * FLAT_FIELD_DISTANCE
         d.mocap_quat[self.panel_mocap] = mat_to_quat(cam_rot)
