@@ -87,6 +87,8 @@ DECONVOLUTION_SNR = 1000.0
 # blurred by 7.6 px, views above the bound had corners within 0.1-0.4 px of the true projection (one of 14 at
 # 1.3 px), views below it 0.5-3.2 px.
 MIN_SQUARE_WIDTHS = 2.2
+MIN_MEASURABLE = 0.5  # fraction of corners a view must have measurable to be used at all
+MIN_LINE_PROFILES = 12  # usable edge profiles a line needs (its curve has up to four terms)
 # A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
 PATTERN_CONTRAST = 0.35
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
@@ -135,7 +137,7 @@ def find_corners(image: np.ndarray, board: BoardCfg) -> np.ndarray | None:
         starting at the grid corner nearest the image's top-left.
     """
     found = _board_edges(image, board)
-    return None if found is None else found.corners.copy()
+    return found.corners.copy() if found is not None and found.measurable.all() else None
 
 
 @dataclass
@@ -168,6 +170,7 @@ class _Board:
     rows: list[_Line]
     cols: list[_Line]
     widths: np.ndarray  # blur sigma (px) of every usable edge profile in the last pass
+    measurable: np.ndarray  # per corner: every square beside it spans at least MIN_SQUARE_WIDTHS blur widths
 
 
 _cache: OrderedDict[tuple, _Board | None] = OrderedDict()
@@ -188,8 +191,7 @@ def _board_edges(image: np.ndarray, board: BoardCfg) -> _Board | None:
         corners = _canonical_order(corners, grid)
         if _pattern_intact(gray, corners, grid):
             result = _refine_on_edges(gray, corners, grid)
-        if result is not None and _square_size(result.corners.reshape(*grid, 2), np.min) < (
-                MIN_SQUARE_WIDTHS * np.median(result.widths)):
+        if result is not None and result.measurable.mean() < MIN_MEASURABLE:
             result = None
     _cache[key] = result
     while len(_cache) > _CACHE_SIZE:
@@ -261,9 +263,8 @@ def _canonical_order(corners: np.ndarray, grid: tuple[int, int]) -> np.ndarray:
     return min(candidates, key=lambda c: c[0, 0].sum()).reshape(-1, 2).copy()
 
 
-def _square_size(c: np.ndarray, statistic=np.median) -> float:
-    """A statistic (the median, unless given) of the grid's square sides, in px."""
-    return float(statistic(np.concatenate([np.linalg.norm(np.diff(c, axis=1), axis=-1).ravel(),
+def _square_size(c: np.ndarray) -> float:
+    return float(np.median(np.concatenate([np.linalg.norm(np.diff(c, axis=1), axis=-1).ravel(),
                                            np.linalg.norm(np.diff(c, axis=0), axis=-1).ravel()])))
 
 
@@ -496,7 +497,11 @@ def _refine_on_edges(gray: np.ndarray, corners: np.ndarray, grid: tuple[int, int
             x = _intersect(row, col, c[j, i])
             if x is not None:
                 out[j, i] = x
-    return _Board(out.reshape(-1, 2), rows, cols, widths)
+    sides = np.full((*grid, 4), np.inf)  # each corner's distance to its four grid neighbours (inf: none there)
+    sides[1:, :, 0] = sides[:-1, :, 1] = np.linalg.norm(np.diff(out, axis=0), axis=-1)
+    sides[:, 1:, 2] = sides[:, :-1, 3] = np.linalg.norm(np.diff(out, axis=1), axis=-1)
+    measurable = sides.min(axis=-1) >= MIN_SQUARE_WIDTHS * np.median(widths)
+    return _Board(out.reshape(-1, 2), rows, cols, widths, measurable.ravel())
 
 
 def _intersect(row: _Line, col: _Line, start: np.ndarray) -> np.ndarray | None:
@@ -546,14 +551,15 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
     if shape is None:
         raise CalibrationError(f"{where}no images: expected at least {min_views} views of the board")
     height, width = shape[:2]
-    found = [b.corners for b in (_board_edges(img, board) for img in images) if b is not None]
+    obj = board.corner_points()
+    found = [(obj[b.measurable], b.corners[b.measurable]) for b in (_board_edges(img, board) for img in images)
+             if b is not None]
     if len(found) < min_views:
         raise CalibrationError(f"{where}the board was found in {len(found)} of {len(images)} images: expected at "
                                f"least {min_views} usable views")
-    obj = board.corner_points()
     views = list(range(len(found)))
     while True:
-        k_mat, dist, view_rms = _calibrate(model, obj, [found[v] for v in views], width, height, where)
+        k_mat, dist, view_rms = _calibrate(model, [found[v] for v in views], width, height, where)
         worst = int(np.argmax(view_rms))
         limit = max(VIEW_OUTLIER_FACTOR * float(np.median(view_rms)), VIEW_OUTLIER_FLOOR_PX)
         # Fisheye views are all kept: the ones with the largest residuals are the tilted, peripheral views that
@@ -562,7 +568,8 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
         if model == "fisheye" or view_rms[worst] <= limit or len(views) <= min_views:
             break
         del views[worst]  # one at a time: an outlier drags the fit, so the others' errors change once it is gone
-    rms = float(np.sqrt(np.mean(np.square(view_rms))))  # every view has the same number of corners
+    counts = np.array([len(found[v][1]) for v in views])
+    rms = float(np.sqrt(np.sum(np.square(view_rms) * counts) / counts.sum()))
     dist4 = tuple(float(d) for d in dist) if model == "fisheye" else (0.0, 0.0, 0.0, 0.0)
     return IntrinsicsEstimate(model, float(k_mat[0, 0] / width), float(k_mat[1, 1] / height),
                               float(k_mat[0, 2] / width), float(k_mat[1, 2] / height), dist4, rms, len(views),
@@ -581,30 +588,32 @@ def _common_shape(images: list, where: str, what: str) -> tuple[int, ...] | None
     return shape
 
 
-def _calibrate(model: str, obj: np.ndarray, corners: list[np.ndarray], width: int, height: int,
+def _calibrate(model: str, views: list[tuple[np.ndarray, np.ndarray]], width: int, height: int,
                where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(K, distortion (4,), per-view RMS reprojection error in px)."""
-    n = len(corners)
+    """(K, distortion (4,), per-view RMS reprojection error in px) from (board points, corners) per view."""
+    n = len(views)
+    objs, corners = [v[0] for v in views], [v[1] for v in views]
     criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 200, 1e-12)
     try:
         if model == "pinhole":
             flags = cv2.CALIB_FIX_K1 | cv2.CALIB_FIX_K2 | cv2.CALIB_FIX_K3 | cv2.CALIB_ZERO_TANGENT_DIST
             _, k_mat, _, rvecs, tvecs = cv2.calibrateCamera(
-                [obj.astype(np.float32)] * n, [c.astype(np.float32) for c in corners], (width, height), None,
+                [o.astype(np.float32) for o in objs], [c.astype(np.float32) for c in corners], (width, height), None,
                 np.zeros(5), flags=flags, criteria=criteria)
             dist = np.zeros(4)
-            proj = [cv2.projectPoints(obj, r, t, k_mat, np.zeros(5))[0] for r, t in zip(rvecs, tvecs)]
+            proj = [cv2.projectPoints(o, r, t, k_mat, np.zeros(5))[0] for o, r, t in zip(objs, rvecs, tvecs)]
         else:
             # OpenCV 5's fisheye module takes (1, N, 3) / (1, N, 2) float64 arrays per view. k1-k3 are free (a
             # lens's third term, if fixed at 0, is absorbed by the focal length); k4 stays 0, its effect at these
             # field angles being below the corner noise.
             flags = cv2.CALIB_RECOMPUTE_EXTRINSIC | cv2.CALIB_FIX_SKEW | cv2.CALIB_FIX_K4
             _, k_mat, dist, rvecs, tvecs = cv2.fisheye.calibrate(
-                [obj.reshape(1, -1, 3)] * n, [c.reshape(1, -1, 2) for c in corners], (width, height), np.eye(3),
+                [o.reshape(1, -1, 3) for o in objs], [c.reshape(1, -1, 2) for c in corners], (width, height),
+                np.eye(3),
                 np.zeros((4, 1)), flags=flags, criteria=criteria)
             dist = np.asarray(dist, dtype=np.float64).ravel()
-            proj = [cv2.fisheye.projectPoints(obj.reshape(1, -1, 3), r, t, k_mat, dist)[0]
-                    for r, t in zip(rvecs, tvecs)]
+            proj = [cv2.fisheye.projectPoints(o.reshape(1, -1, 3), r, t, k_mat, dist)[0]
+                    for o, r, t in zip(objs, rvecs, tvecs)]
     except cv2.error as e:
         raise CalibrationError(f"{where}the {model} calibration failed on {n} views "
                                f"({str(e).strip().splitlines()[-1]})") from None
@@ -651,7 +660,7 @@ def estimate_extrinsics(images, board: BoardCfg, intrinsics: IntrinsicsEstimate,
             raise CalibrationError(f"{where}image shape {np.shape(image)!r}: expected {expected} (height, width), the "
                                    "resolution the intrinsics were calibrated at")
         found = _board_edges(image, board)
-        if found is None:
+        if found is None or not found.measurable.all():
             continue
         pts = _normalise(found.corners, intrinsics)
         r_cam_board, t_cam_board = _board_pose(pts, board, where)
