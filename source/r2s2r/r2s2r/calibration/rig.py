@@ -193,25 +193,21 @@ class SimRig:
         world, so the poses kept for a seed stay the same whatever the lamps' calibrated brightness."""
         body = self.model.body("calibration_board").id
         pos, rot = d.xpos[body], d.xmat[body].reshape(3, 3)
-        for light in self.cell.lights:
-            toward = -np.asarray(light.direction) if light.directional else np.asarray(light.pos) - pos
-            if light.casts_shadow and rot[:, 2] @ toward < BOARD_LIGHT_COSINE * np.linalg.norm(toward):
-                return False
         # Points every half square over the pattern and one square of margin around it.
         half = (np.array(CALIBRATION_BOARD.squares) / 2 + 1) * CALIBRATION_BOARD.square_size
         step = CALIBRATION_BOARD.square_size / 2
-        xs, ys = (np.arange(-h, h + step / 2, step) for h in half)
-        for light in self.cell.lights:
-            if not light.casts_shadow:
-                continue
+        points = [pos + rot @ np.array([x, y, 0.0005]) for x in np.arange(-half[0], half[0] + step / 2, step)
+                  for y in np.arange(-half[1], half[1] + step / 2, step)]
+        for light in (light for light in self.cell.lights if light.casts_shadow):
+            toward = -np.asarray(light.direction) if light.directional else np.asarray(light.pos) - pos
+            if rot[:, 2] @ toward < BOARD_LIGHT_COSINE * np.linalg.norm(toward):
+                return False
             shaded = set()
-            for x in xs:
-                for y in ys:
-                    point = pos + rot @ np.array([x, y, 0.0005])
-                    source = point - 10.0 * np.asarray(light.direction) if light.directional else np.asarray(light.pos)
-                    shaded.add(self._blocked(d, point, source, body))
-                    if len(shaded) == 2:
-                        return False
+            for point in points:
+                source = point - 10.0 * np.asarray(light.direction) if light.directional else np.asarray(light.pos)
+                shaded.add(self._blocked(d, point, source, body))
+                if len(shaded) == 2:  # some points lit and some not
+                    return False
         return True
 
     def _blocked(self, d: mujoco.MjData, start: np.ndarray, end: np.ndarray, exclude_body: int) -> bool:
