@@ -305,7 +305,8 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
                                    distortion=tuple(intr.distortion), blur_sigma=blur, exposure=exposure)
         cameras.append(dataclasses.replace(cam, lens=lens, pose=pose))
         residuals[f"camera.{cam.name}"] = {"reprojection_rms_px": intr.rms_px, "views_used": intr.views_used,
-                                           "views_rejected": intr.views_rejected}
+                                           "views_rejected": intr.views_rejected,
+                                           "corners_dropped": intr.corners_dropped}
     cell = cell.replace(cameras=tuple(cameras))
 
     # -- lamps, through a camera whose exposure is now known -----------------------------------------------------
