@@ -96,7 +96,6 @@ MIN_SQUARE_WIDTHS = 2.2
 CORNER_OUTLIER_FACTOR = 5.0
 CORNER_OUTLIER_FLOOR_PX = 0.5
 MIN_MEASURABLE = 0.5  # fraction of corners a view must have measurable to be used at all
-MIN_LINE_PROFILES = 12  # usable edge profiles a line needs (its curve has up to four terms)
 # A corner whose surrounding squares' contrast is below this fraction of the board's median is not seen.
 PATTERN_CONTRAST = 0.35
 _SQRT_2PI = float(np.sqrt(2.0 * np.pi))
