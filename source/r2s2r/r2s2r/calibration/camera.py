@@ -10,20 +10,22 @@ away on either side (their leak into a blurred profile is unequal when perspecti
 squares unequal, and would pull a lone-step estimate toward the narrower one) and, beyond an outer line's outer
 square, the white margin; clipped samples carry no weight. The blur is fitted per profile, then held at each
 line's median while the profiles are fitted again (a blur that spans much of a square otherwise trades off against
-the contrast). A view whose narrowest square spans too few blur widths is not measured. Each line is a straight line through its edge positions,
-or a quadratic where the edges are clearly curved (the image of a straight line through a fisheye; a quadratic
+the contrast). Each line is a straight line through its edge positions, or a quadratic where the edges are clearly curved (the image of a straight line through a fisheye; a quadratic
 follows it to ~0.01 px across a board), with an offset between the two edge polarities left out (dark squares that
 look larger or smaller than light ones: blooming, clipped highlights). Each corner is the intersection of its row and
 column lines. Averaging along whole lines suppresses what disturbs single corners: sensor noise, and the staircase of
 an image rendered without anti-aliasing. Corners are listed in OpenCV's row-major order, starting from the grid
 corner nearest the image's top-left, so two images of the board from similar viewpoints list the same physical
-corners in the same order.
+corners in the same order. A corner beside a square that spans too few blur widths is not measurable (the blurred
+edges on either side merge); whole-board uses need every corner, the intrinsics take the measurable ones of a view
+where at least half are.
 
 Intrinsics. `cv2.calibrateCamera` with every distortion term held at zero (the pinhole model has none), or
 `cv2.fisheye.calibrate` (Kannala-Brandt) with zero skew and k3 = k4 = 0: over the field a hand-held board covers,
 k3 and k4 trade off against k1, k2 and the focal length, and at corner noise of a few tenths of a pixel freeing them
 makes every parameter worse (our lenses' higher terms are below 0.002). Views whose reprojection error stands out
-from the rest are dropped one at a time and the fit repeated.
+from the rest are dropped one at a time and the fit repeated; then corners far off the fit are dropped and the fit
+repeated once.
 
 Extrinsics. The board's pose in the camera (`cv2.solvePnP`, IPPE then Levenberg-Marquardt, on undistorted
 normalised points) composed with its surveyed world pose. A board with an odd number of squares each way looks the
@@ -82,10 +84,10 @@ VIEW_OUTLIER_FLOOR_PX = 0.1
 # at 512 px), the plain detector finds the board in 2 of 20 views; deconvolved by 1.5-2.0, in 16-17.
 DECONVOLUTION_SIGMAS = (0.75, 1.25, 1.75, 2.25)
 DECONVOLUTION_SNR = 1000.0
-# A view is measured only where its narrowest square spans at least this many edge widths (blur sigmas): below,
+# A corner is measurable where every square beside it spans at least this many edge widths (blur sigmas): below,
 # the blurred edges on either side of a square merge and pull the lines toward each other. On a wrist fisheye
-# blurred by 7.6 px, views above the bound had corners within 0.1-0.4 px of the true projection (one of 14 at
-# 1.3 px), views below it 0.5-3.2 px.
+# blurred by 7.6 px, views whose narrowest square was above the bound had corners within 0.1-0.4 px of the true
+# projection (one of 14 at 1.3 px), views below it 0.5-3.2 px.
 MIN_SQUARE_WIDTHS = 2.2
 # A corner whose reprojection error exceeds this multiple of the median corner's, and the floor, is left out and the
 # fit repeated. Blurred fisheyes have a tail of corners off by 1-5 px where a line was pulled by merging edges: on
@@ -582,7 +584,7 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
     limit = max(CORNER_OUTLIER_FACTOR * float(np.median(np.concatenate(residuals))), CORNER_OUTLIER_FLOOR_PX)
     dropped = int(sum((r > limit).sum() for r in residuals))
     if dropped:
-        kept = [(obj[r <= limit], corners[r <= limit]) for (obj, corners), r in
+        kept = [(points[r <= limit], measured[r <= limit]) for (points, measured), r in
                 zip((found[v] for v in views), residuals)]
         k_mat, dist, residuals = _calibrate(model, kept, width, height, where)
     rms = float(np.sqrt(np.mean(np.concatenate(residuals) ** 2)))
@@ -605,7 +607,7 @@ def _common_shape(images: list, where: str, what: str) -> tuple[int, ...] | None
 
 
 def _calibrate(model: str, views: list[tuple[np.ndarray, np.ndarray]], width: int, height: int,
-               where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+               where: str) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """(K, distortion (4,), per-view reprojection errors (distances, px)) from (board points, corners) per view."""
     n = len(views)
     objs, corners = [v[0] for v in views], [v[1] for v in views]
