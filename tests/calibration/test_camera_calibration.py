@@ -54,6 +54,15 @@ def _pose(cell, camera):
     return next(c.pose for c in cell.cameras if c.name == camera)
 
 
+def _twin(truth: str, rigs, tmp_path):
+    """The twin and cell of a shipped truth file (from `rigs`) or of `sampled_<seed>`, written under `tmp_path`."""
+    if not truth.startswith("sampled"):
+        return rigs[truth]["twin"], rigs[truth]["truth"]
+    path = tmp_path / "truth.yaml"
+    path.write_text(truth_text(sample_truth(int(truth.split("_")[1]))))
+    return TwinRig(path), load_world(path).cell
+
+
 @pytest.fixture(scope="module")
 def rigs():
     """Per truth file: the twin and its cell; and the ungrounded world's rig, the reference calibration renders."""
@@ -174,12 +183,7 @@ def test_wrist_corners_land_on_the_true_projection(truth, camera, found_at_least
     """Board views held before a wrist fisheye, the corners found in them against the true lens's projection of the
     board's corners: the hand's shadow stays off the board (the arm in its calibration posture) and the lines are
     measured through the lens's blur."""
-    if truth.startswith("sampled"):
-        path = tmp_path / "truth.yaml"
-        path.write_text(truth_text(sample_truth(int(truth.split("_")[1]))))
-        twin, cell = TwinRig(path), load_world(path).cell
-    else:
-        twin, cell = rigs[truth]["twin"], rigs[truth]["truth"]
+    twin, cell = _twin(truth, rigs, tmp_path)
     lens = _lens(cell, camera)
     poses = twin.board_poses(camera, FISHEYE_VIEWS, SEED)
     views = twin.board_views(camera, FISHEYE_VIEWS, SIZE, SIZE, seed=SEED)
@@ -231,12 +235,7 @@ def test_each_lamp_within_5_percent_and_its_colour_within_0_03(truth, rigs, tmp_
     """Both lamps of both truth files and of a sampled truth (other intensities and colours, head_left's blur at
     1 px), from the grey card lit by each lamp alone, against the ungrounded world's lamps. The session's card
     points go through the truth's camera, as calibration would have found it (its accuracy is tested above)."""
-    if truth.startswith("sampled"):
-        path = tmp_path / "truth.yaml"
-        path.write_text(truth_text(sample_truth(int(truth.split("_")[1]))))
-        twin, cell = TwinRig(path), load_world(path).cell
-    else:
-        twin, cell = rigs[truth]["twin"], rigs[truth]["truth"]
+    twin, cell = _twin(truth, rigs, tmp_path)
     reference = rigs["ungrounded"]
     cam = "head_left"
     pixels = [card_pixels(_lens(c, cam), *dataclasses.astuple(_pose(c, cam)), BOARD_FIXTURE_POSES, CALIBRATION_BOARD,
