@@ -51,7 +51,7 @@ CHIRP = 0.25
 # Each joint settles until the arm and the fingers are at rest again: a window's fit starts from the encoders alone,
 # at rest. After 0.15 s, the elbow of a truth with a fifth of the nominal friction was still moving (simulated with
 # its true drive, its window missed the log by 1.7 encoder ticks RMS against 0.29 for the others) and its friction
-# was fitted 34 % high; after 0.5 s every window is at the 0.29-tick quantisation floor and it is within 0.3 %.
+# was fitted 34 % high; after 0.5 s every window is at the 0.29-tick quantisation floor and it is within 0.9 %.
 SETTLE = 0.5
 FIT_TAIL = 0.15  # of the settle, the part each joint's fit window keeps (the rest is rest: it costs, tells nothing)
 CHIRP_HZ = (2.0, 10.0)
