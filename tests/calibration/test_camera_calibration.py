@@ -54,6 +54,14 @@ def _pose(cell, camera):
     return next(c.pose for c in cell.cameras if c.name == camera)
 
 
+def _corner_errors(found: np.ndarray, expected: np.ndarray) -> np.ndarray:
+    """Distance (px) of each found corner from its expected position. The detector may number the symmetric board
+    from any of its four corners; the errors are taken in the matching order."""
+    grid = expected.reshape(6, 8, 2)
+    orders = (grid, grid[::-1, ::-1], grid[:, ::-1], grid[::-1, :])
+    return min((np.linalg.norm(found - o.reshape(-1, 2), axis=1) for o in orders), key=np.sum)
+
+
 def _twin(truth: str, rigs, tmp_path):
     """The twin and cell of a shipped truth file (from `rigs`) or of `sampled_<seed>`, written under `tmp_path`."""
     if not truth.startswith("sampled"):
@@ -164,11 +172,8 @@ def test_fixture_corners_land_on_the_true_projection(rigs, sessions):
     stand_pos, stand_rpy = BOARD_FIXTURE_POSES[0]
     world = np.asarray(stand_pos) + CALIBRATION_BOARD.corner_points() @ rpy_to_mat(stand_rpy).T
     in_camera = (world - np.asarray(pose.pos)) @ rpy_to_mat(pose.rpy) * np.array([1.0, -1.0, -1.0])
-    expected = CameraModel(lens, SIZE, SIZE).project(in_camera).reshape(6, 8, 2)
     found = find_corners(sessions[case]["fixture"][0], CALIBRATION_BOARD)
-    # The detector may number the symmetric board from any of its four corners; compare in the matching order.
-    orders = (expected, expected[::-1, ::-1], expected[:, ::-1], expected[::-1, :])
-    errors = min((np.linalg.norm(found - o.reshape(-1, 2), axis=1) for o in orders), key=np.sum)
+    errors = _corner_errors(found, CameraModel(lens, SIZE, SIZE).project(in_camera))
     print(f"{case}: fixture corner error rms {np.sqrt(np.mean(errors ** 2)):.3f} px, max {errors.max():.3f} px")
     assert np.sqrt(np.mean(errors ** 2)) < 0.15 and errors.max() < 0.4
 
@@ -187,6 +192,7 @@ def test_wrist_corners_land_on_the_true_projection(truth, camera, found_at_least
     lens = _lens(cell, camera)
     poses = twin.board_poses(camera, FISHEYE_VIEWS, SEED)
     views = twin.board_views(camera, FISHEYE_VIEWS, SIZE, SIZE, seed=SEED)
+    model = CameraModel(lens, SIZE, SIZE)
     errors = []
     for (offset, rotation), view in zip(poses, views):
         found = find_corners(view, CALIBRATION_BOARD)
@@ -194,9 +200,7 @@ def test_wrist_corners_land_on_the_true_projection(truth, camera, found_at_least
             continue
         # Board frame -> MuJoCo camera frame (the pose) -> OpenCV camera frame (y and z flipped).
         in_camera = (CALIBRATION_BOARD.corner_points() @ rotation.T + offset) * np.array([1.0, -1.0, -1.0])
-        expected = CameraModel(lens, SIZE, SIZE).project(in_camera).reshape(6, 8, 2)
-        orders = (expected, expected[::-1, ::-1], expected[:, ::-1], expected[::-1, :])
-        errors.append(min((np.linalg.norm(found - o.reshape(-1, 2), axis=1) for o in orders), key=np.sum))
+        errors.append(_corner_errors(found, model.project(in_camera)))
     rms = float(np.sqrt(np.mean(np.concatenate(errors) ** 2))) if errors else float("nan")
     # Intrinsics also use the views where only part of the board is sharp enough to measure (its narrow squares
     # left out): more views than the whole-board finds above, on the blurred lens.
