@@ -17,6 +17,7 @@ The choice is measured once per machine and camera set and kept in `$XDG_CACHE_H
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
@@ -126,11 +127,11 @@ def _rate(env) -> float:
 
 def _key(cfg: PickSortEnvCfg) -> str:
     """What the choice depends on: the cameras and their size, the cell's lenses, the engines and the machine."""
+    # The installed distribution's version, not the module's: importing mujoco_warp (and Warp with it) takes
+    # seconds, which every generation run would pay before its first attempt even when the choice is cached.
     try:
-        import mujoco_warp
-
-        warp_version = getattr(mujoco_warp, "__version__", "installed")
-    except ImportError:
+        warp_version = importlib.metadata.version("mujoco-warp")
+    except importlib.metadata.PackageNotFoundError:
         warp_version = None
     cpu = platform.processor() or platform.machine()
     try:
