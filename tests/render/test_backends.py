@@ -19,7 +19,7 @@ try:
 except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
 
-from r2s2r.cell.mjcf import build_model  # noqa: E402
+from r2s2r.cell.mjcf import build_model, build_spec  # noqa: E402
 from r2s2r.cell.spec import CellCfg  # noqa: E402
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.physics import make_physics  # noqa: E402
@@ -188,10 +188,74 @@ def test_gl_moving_a_coloured_object_into_view_changes_the_pixels_there(model):
 
 def test_physics_state_and_model_are_untouched_by_rendering(model, gl64):
     physics = home_physics(model, 1)
-    qpos, fovy = physics.qpos().copy(), model.cam_fovy.copy()
+    qpos, fovy, rgba = physics.qpos().copy(), model.cam_fovy.copy(), model.geom_rgba.copy()
+    hidden = gl64._outside_view(physics.host_data(0), "right_wrist", gl64._geom_bounds())
+    assert gl64.culling and hidden.any()  # geoms were hidden
     gl64.render(physics)
     np.testing.assert_array_equal(physics.qpos(), qpos)
     np.testing.assert_array_equal(model.cam_fovy, fovy)
+    np.testing.assert_array_equal(model.geom_rgba, rgba)
+
+
+def test_gl_culling_leaves_every_image_as_it_was(model, gl64):
+    """Random arm and hand postures (joint values drawn within their limits, objects where they spawn): each
+    camera's image with the geoms outside its view left out equals the image with every geom drawn, to the bit."""
+    rng = np.random.default_rng(7)
+    physics = home_physics(model, 3)
+    hinges = [j for j in range(model.njnt) if model.jnt_type[j] == mujoco.mjtJoint.mjJNT_HINGE and model.jnt_limited[j]]
+    qpos = np.stack([physics.host_data(w).qpos.copy() for w in range(3)])
+    for j in hinges:
+        qpos[:, model.jnt_qposadr[j]] = rng.uniform(*model.jnt_range[j], size=3)
+    physics.reset(qpos, np.zeros((3, model.nv)), model.key("home").ctrl)
+    bounds = gl64._geom_bounds()
+    hidden = [gl64._outside_view(physics.host_data(w), name, bounds).mean() for w in range(3) for name in CAMERAS]
+    assert max(hidden) > 0.2  # the comparison below covers real culling, not only scenes with nothing left out
+    culled = gl64.render(physics)
+    gl64.culling = False
+    try:
+        full = gl64.render(physics)
+    finally:
+        gl64.culling = True
+    for name in CAMERAS:
+        np.testing.assert_array_equal(culled[name]["rgb"], full[name]["rgb"], err_msg=name)
+        np.testing.assert_array_equal(culled[name]["depth"], full[name]["depth"], err_msg=name)
+
+
+def test_gl_culling_keeps_a_geom_resized_after_compile(model):
+    """A geom enlarged through `geom_size` (the compiled `geom_rbound` is not updated) reaching into the view from
+    outside it is drawn as without culling."""
+    resized = copy.copy(model)
+    physics = home_physics(resized, 1)
+    data = physics.host_data(0)
+    with make_renderer("mujoco_gl", resized, CELL, ["head_left"], 64, 64) as gl:
+        cam = gl.camera_ids["head_left"]
+        right = gl._side_normals["head_left"][1]  # the right side plane's inward normal: (-1, 0, -tan) normalised
+        beside = np.array([0.6 * right[2] / right[0] + 0.15, 0.0, -0.6])  # 15 cm right of the view, 60 cm ahead
+        place(resized, physics, "obj_cube", data.cam_xpos[cam] + data.cam_xmat[cam].reshape(3, 3) @ beside)
+        data = physics.host_data(0)
+        g = resized.geom("obj_cube").id
+        small = gl.render(physics)["head_left"]["rgb"]
+        resized.geom_size[g] = 0.2  # a 40 cm box: reaches 5 cm into the view
+        offset = (data.geom_xpos[g] - data.cam_xpos[cam]) @ data.cam_xmat[cam].reshape(3, 3)
+        assert offset @ right < -resized.geom_rbound[g]  # by the stale bound, wholly outside the view
+        culled = gl.render(physics)["head_left"]["rgb"]
+        gl.culling = False
+        full = gl.render(physics)["head_left"]["rgb"]
+    np.testing.assert_array_equal(culled, full)
+    assert (np.abs(full.astype(int) - small).max(axis=-1) > 30).mean() > 0.01  # the box shows at the edge
+
+
+def test_gl_culling_is_off_where_hidden_geoms_could_show(model):
+    with make_renderer("mujoco_gl", model, CELL, ["head_left"], 32, 32, shadows=True) as renderer:
+        assert not renderer.culling  # they cast shadows into the view
+    spec = build_spec(CELL)
+    spec.add_material(name="mirror", reflectance=0.5)
+    floor = next(g for g in spec.geoms if g.type == mujoco.mjtGeom.mjGEOM_PLANE)
+    floor.material = "mirror"
+    with make_renderer("mujoco_gl", spec.compile(), CELL, ["head_left"], 32, 32) as renderer:
+        assert not renderer.culling  # they show in its reflection
+    with make_renderer("mujoco_gl", model, CELL, ["head_left"], 32, 32) as renderer:
+        assert renderer.culling
 
 
 def test_shadows_and_multisampling_change_the_image(model):

@@ -7,10 +7,18 @@ This is what `mujoco.Renderer` does, with its pieces driven directly so that one
 one GL context serves every source size (each camera draws into its own viewport of one offscreen buffer),
 and each camera is drawn once and read back as RGB and depth together.
 
-The model is never modified. Context settings (framebuffer size, multisampling, shadow-map size) come from a
-private copy made at construction; the scene is built from the shared model every frame, so visual changes
-made to it (colours, sizes, light poses) show, and the lens-dependent field of view and the shadow switch are
-then set on the scene's camera and lights, not on the model's `cam_fovy` / `light_castshadow`.
+Context settings (framebuffer size, multisampling, shadow-map size) come from a private copy of the model made at
+construction; the scene is built from the shared model every frame, so visual changes made to it (colours, sizes,
+light poses) show, and the lens-dependent field of view and the shadow switch are then set on the scene's camera
+and lights, not on the model's `cam_fovy` / `light_castshadow`.
+
+A CPU rasteriser's time goes into the vertices of every geom drawn (MuJoCo tessellates each capsule into about
+1,500 triangles and does no culling of its own), so each camera's scene leaves out the geoms whose bounding
+sphere lies wholly outside that camera's view: the image is the same (`tests/render/test_backends.py` compares
+it pixel for pixel) and a wrist camera draws about half the cell. MuJoCo leaves geoms of alpha 0 out of a scene,
+so those geoms' alpha is set to 0 in the shared model while the scene is built and restored right after; nothing
+else of the model is written. Culling is off when geoms outside the view can still change the image: with
+shadows on (they cast into the view) or a reflective material in the model.
 """
 
 from __future__ import annotations
@@ -82,6 +90,19 @@ class MujocoGLRenderer(RenderBackend):
         self._rects = {name: mujoco.MjrRect(0, 0, w, h) for name, (w, h) in sizes.items()}
         self._tan_half_fovy = {name: math.tan(math.radians(cm.render_fovy_deg) / 2)
                                for name, cm in self.camera_models.items()}
+        self.culling = not self.shadows and not bool(np.any(model.mat_reflectance > 0))
+        G = mujoco.mjtGeom
+        self._unbounded = np.isin(model.geom_type, (G.mjGEOM_PLANE, G.mjGEOM_HFIELD))
+        self._primitive = [model.geom_type == t for t in (G.mjGEOM_SPHERE, G.mjGEOM_CAPSULE, G.mjGEOM_ELLIPSOID,
+                                                          G.mjGEOM_CYLINDER, G.mjGEOM_BOX)]
+        # Unit inward normals of each camera's four side planes, in the camera frame (x right, y up, looking
+        # along -z), from the source image's field of view and aspect ratio.
+        self._side_normals = {}
+        for name, (w, h) in sizes.items():
+            ty = self._tan_half_fovy[name]
+            tx = ty * w / h
+            self._side_normals[name] = np.array([[1, 0, -tx], [-1, 0, -tx], [0, 1, -ty], [0, -1, -ty]], float)
+            self._side_normals[name] /= np.linalg.norm(self._side_normals[name], axis=1, keepdims=True)
 
     def _render_sources(self, physics: PhysicsBackend) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         m, scene = self.model, self._scene
@@ -90,16 +111,12 @@ class MujocoGLRenderer(RenderBackend):
                       np.empty((n, cm.render_height, cm.render_width), np.float32) if self.depth else None)
                for name, cm in self.camera_models.items()}
         self._gl.make_current()  # another context (a second renderer) may be current on this thread
+        bounds = self._geom_bounds() if self.culling else None
         for w in range(n):
             data = physics.host_data(w)
-            for i, name in enumerate(self.cameras):
+            for name in self.cameras:
                 self._camera.fixedcamid = self.camera_ids[name]
-                if i == 0:  # the geoms are the same for every camera of a world
-                    mujoco.mjv_updateScene(m, data, self._option, None, self._camera,
-                                           mujoco.mjtCatBit.mjCAT_ALL, scene)
-                else:  # only the camera moves, and the headlight that rides on it
-                    mujoco.mjv_updateCamera(m, data, self._camera, scene)
-                    mujoco.mjv_makeLights(m, data, scene)
+                self._update_scene(data, name, bounds)
                 for light in scene.lights[:scene.nlight]:  # the shadows option gates each light's own setting
                     light.castshadow = self.shadows and not light.headlight and bool(m.light_castshadow[light.id])
                 # The lens sets the field of view; an empty frustum width takes the viewport's aspect ratio.
@@ -114,6 +131,38 @@ class MujocoGLRenderer(RenderBackend):
                 mujoco.mjr_readPixels(rgb[w], None if depth is None else depth[w], self._rects[name], self._ctx)
         return {name: (np.ascontiguousarray(rgb[:, ::-1]), None if depth is None else self._metric_depth(depth[:, ::-1]))
                 for name, (rgb, depth) in raw.items()}
+
+    def _update_scene(self, data: mujoco.MjData, name: str, bounds: np.ndarray | None) -> None:
+        """Build the scene of camera `name` in `data`, without the geoms it cannot see when `bounds` (the geoms'
+        bounding radii, `_geom_bounds`) are given."""
+        m = self.model
+        hidden = self._outside_view(data, name, bounds) if bounds is not None else None
+        if hidden is not None:
+            alpha = m.geom_rgba[hidden, 3].copy()
+            m.geom_rgba[hidden, 3] = 0.0
+        try:
+            mujoco.mjv_updateScene(m, data, self._option, None, self._camera, mujoco.mjtCatBit.mjCAT_ALL,
+                                   self._scene)
+        finally:
+            if hidden is not None:
+                m.geom_rgba[hidden, 3] = alpha
+
+    def _geom_bounds(self) -> np.ndarray:
+        """Each geom's bounding radius about its centre. A primitive's comes from its current size, as the compiler
+        computes geom_rbound (which a geom resized since does not update); meshes keep the compiled one."""
+        m, size = self.model, self.model.geom_size
+        return np.select(self._primitive, [size[:, 0], size[:, 0] + size[:, 1], size.max(axis=1),
+                                           np.hypot(size[:, 0], size[:, 1]), np.linalg.norm(size, axis=1)],
+                         m.geom_rbound)
+
+    def _outside_view(self, data: mujoco.MjData, name: str, radius: np.ndarray) -> np.ndarray:
+        """Geoms whose bounding sphere (radii `radius`) lies wholly behind the camera's near plane or outside one of
+        its side planes. Planes and height fields always stay."""
+        cam = self.camera_ids[name]
+        offset = (data.geom_xpos - data.cam_xpos[cam]) @ data.cam_xmat[cam].reshape(3, 3)  # in the camera frame
+        outside = -offset[:, 2] < NEAR_CLIP - radius
+        outside |= np.any(offset @ self._side_normals[name].T < -radius[:, None], axis=1)
+        return outside & ~self._unbounded
 
     def _metric_depth(self, z: np.ndarray) -> np.ndarray:
         """Reversed-Z buffer values to metres along the optical axis (the inverse of glFrustum's depth map)."""
