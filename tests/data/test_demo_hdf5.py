@@ -312,3 +312,38 @@ def test_reader_errors_name_the_file_and_field(tmp_path):
         del f["data/demo_0/actions"]
     with pytest.raises(DatasetError, match=r"demos.hdf5: demo_0: field 'actions' is missing"):
         list(read_demos(path))
+
+
+@pytest.mark.parametrize("compression", ["gzip", None])
+def test_append_from_writes_what_append_of_the_loaded_demo_writes(tmp_path, compression):
+    """The merge of generation shards copies stored arrays as they are: the result must read back exactly as a
+    file written through `load` + `append` (same arrays, attrs, next_obs, rewards), whichever way the shard was
+    compressed (a shard of another compression than the output's goes through `load`)."""
+    with DemoWriter(tmp_path / "shard.hdf5", ENV, ENV_ARGS, compression="gzip") as writer:
+        for seed in (3, 4):
+            writer.append(make_demo(seed, steps=9 + seed), attrs_for(seed))
+    with DemoReader(tmp_path / "shard.hdf5") as reader:
+        for path, copy in (("loaded.hdf5", False), ("copied.hdf5", True)):
+            with DemoWriter(tmp_path / path, ENV, ENV_ARGS, compression=compression) as out:
+                out.append(make_demo(0), attrs_for(0))  # an earlier demo: numbering and totals carry on
+                for name in reader.names:
+                    out.append_from(reader, name) if copy else out.append(reader.load(name), reader.attrs(name))
+    with DemoReader(tmp_path / "loaded.hdf5") as a, DemoReader(tmp_path / "copied.hdf5") as b:
+        assert a.names == b.names == ["demo_0", "demo_1", "demo_2"] and a.total == b.total == 12 + (9 + 3) + (9 + 4)
+        for name in a.names:
+            assert a.attrs(name) == b.attrs(name)
+            left, right = flatten(a.load(name)), flatten(b.load(name))
+            assert left.keys() == right.keys()
+            for key in left:
+                np.testing.assert_array_equal(left[key], right[key], err_msg=key)
+    with h5py.File(tmp_path / "copied.hdf5") as f:
+        demo = f["data/demo_2"]
+        assert demo["obs/cam"].compression == compression
+        np.testing.assert_array_equal(demo["next_obs/cam"][:-1], demo["obs/cam"][1:])
+        assert demo["rewards"][-1] == 1.0 and demo["dones"][-1] == 1
+    with DemoWriter(tmp_path / "other.hdf5", ENV, ENV_ARGS) as out, DemoReader(tmp_path / "shard.hdf5") as reader:
+        demo = make_demo(5)
+        del demo["obs"]["hand_q"]
+        out.append(demo, attrs_for(5))
+        with pytest.raises(DatasetError, match=r"extra fields \['obs/hand_q'\]"):
+            out.append_from(reader, "demo_0")

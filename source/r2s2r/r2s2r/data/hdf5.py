@@ -344,7 +344,10 @@ class DemoWriter:
         """Validate `demo` as `append` would (see `validate_demo`), also against the file's earlier demos, without
         writing it; returns its length. Raises `DatasetError` naming `where` and the field."""
         steps = validate_demo(demo, where)
-        schema = _schema(demo)
+        self._check_schema(_schema(demo), where)
+        return steps
+
+    def _check_schema(self, schema: dict, where: str) -> None:
         if self._schema is not None and schema != self._schema:
             missing = sorted(set(self._schema) - set(schema))
             extra = sorted(set(schema) - set(self._schema))
@@ -352,7 +355,6 @@ class DemoWriter:
                        if schema[k] != self._schema[k]]
             raise DatasetError(f"{where}: does not match the demos of {self.path}: missing fields {missing}, extra "
                                f"fields {extra}, different (kind, shape) {changed}")
-        return steps
 
     def append(self, demo: Mapping, attrs: Mapping | None = None) -> str:
         """Validate and write one demo, flush, and return its group name (`demo_N`).
@@ -362,10 +364,51 @@ class DemoWriter:
         have the same fields with the same per-step shapes and kinds. The writer adds next_obs, rewards and dones
         (the reward 1 on the last step if `attrs["success"]`, true when absent).
         """
-        data = self._data
-        name = f"demo_{len(data)}"
+        name = f"demo_{len(self._data)}"
         steps = self.check(demo, f"{self.path}: {name}")
-        schema = _schema(demo)
+
+        def fill(group: h5py.Group) -> None:
+            for path, value in _leaves(demo):
+                array = np.asarray(value)
+                group.create_dataset(path, data=array, compression=self._compression_for(array))
+
+        return self._write(name, steps, _schema(demo), attrs, fill)
+
+    def append_from(self, reader: DemoReader, name: str) -> str:
+        """Append demo `name` of `reader` as `append(reader.load(name), reader.attrs(name))` would, copying its
+        stored arrays as they are (compressed chunks are not decoded and encoded again) where the source is one
+        of this writer's files of the same compression; otherwise through `load`."""
+        group = reader._group(name)
+        arrays = [key for key in group if key not in DERIVED]
+        datasets = []
+        group.visititems(lambda key, obj: datasets.append(obj) if isinstance(obj, h5py.Dataset)
+                         and key.split("/")[0] not in DERIVED else None)
+        same = (reader.format_version == FORMAT_VERSION and "r2s2r_writer" in reader._file_attrs
+                and all(ds.compression == self._compression_for(ds) for ds in datasets))
+        if not same:
+            return self.append(reader.load(name), reader.attrs(name))
+        target = f"demo_{len(self._data)}"
+        where = f"{self.path}: {target} (from {reader.path}: {name})"
+        schema = _group_schema(group)
+        self._check_schema(schema, where)
+        steps = int(group.attrs["num_samples"])
+
+        def fill(out: h5py.Group) -> None:
+            for key in arrays:
+                group.file.copy(group[key], out, key)
+
+        return self._write(target, steps, schema, reader.attrs(name), fill)
+
+    def _compression_for(self, array) -> str | None:
+        """The filter an array (or stored dataset) is written with: compression filters need chunked, non-scalar
+        data."""
+        return self.compression if array.ndim >= 1 and array.size > 1 else None
+
+    def _write(self, name: str, steps: int, schema: dict, attrs: Mapping | None,
+               fill: Callable[[h5py.Group], None]) -> str:
+        """Write demo group `name`: `fill` writes its arrays; then the derived fields, attrs and the completion
+        marker. A failure leaves the file as it was."""
+        data = self._data
         attrs = dict(attrs or {})
         converted = {}
         for key, value in attrs.items():
@@ -378,11 +421,7 @@ class DemoWriter:
         self._untouched_copy = False
         group = data.create_group(name)
         try:
-            for path, value in _leaves(demo):
-                array = np.asarray(value)
-                # Compression filters need chunked, non-scalar data.
-                compress = self.compression if array.ndim >= 1 and array.size > 1 else None
-                group.create_dataset(path, data=array, compression=compress)
+            fill(group)
             _link_next_obs(group)
             rewards = np.zeros(steps, dtype=np.float32)
             rewards[-1] = float(bool(attrs.get("success", True)))

@@ -52,6 +52,7 @@ from r2s2r.datagen.worker import (
     run_chunk,
     run_chunk_detached,
     shard_result,
+    single_thread_rasteriser,
 )
 from r2s2r.files import atomic_path, write_text_atomic
 
@@ -72,6 +73,7 @@ class RunSummary:
     admitted: int = 0  # admitted in the chunks used (the last chunk may admit more than the output needs)
     attempts: int = 0  # attempted in the chunks used
     steps: int = 0  # control steps of every attempt's physics in the chunks used
+    admitted_steps: int = 0  # control steps of their admitted attempts, written or not: the frames rendered
     plan_s: float = 0.0  # seconds in the behaviour generator over those attempts (planning and per-step actions)
     renderer_choice: dict | None = None  # how env.renderer="auto" was decided (renderer_choice.RendererChoice)
     reasons: Counter = field(default_factory=Counter)
@@ -425,6 +427,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     for chunk in range(n):
         summary.reasons.update(results[chunk].reasons)
         summary.steps += results[chunk].steps
+        summary.admitted_steps += results[chunk].admitted_steps
         summary.plan_s += results[chunk].plan_s
     _merge(cfg, output, shards, n, summary)
     summary.seconds = time.monotonic() - started
@@ -493,7 +496,8 @@ def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_wo
         slots = num_workers if num_workers > 1 else int(ray.cluster_resources().get("CPU", 1))
         dispatch(submit_ray, wait_ray, collect_ray, cancel_ray, slots)
         return
-    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
+    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn"),
+                             initializer=single_thread_rasteriser) as pool:
 
         def submit_pool(chunk: int):
             return pool.submit(run_chunk, ChunkSpec(cfg, chunk, str(shards)))
@@ -528,7 +532,7 @@ def _merge(cfg: GenerateCfg, output: Path, shards: Path, chunks: int, summary: R
                 for name in reader.names:
                     if writer.num_demos >= want:
                         break
-                    writer.append(reader.load(name), reader.attrs(name))
+                    writer.append_from(reader, name)
         summary.trajectories = writer.num_demos
         writer.set_attr("generation_config", json.dumps(_config_key(cfg)))
         writer.set_attr("generation_summary", json.dumps(summary.as_dict()))
