@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import os
 import subprocess
 import sys
@@ -32,8 +33,14 @@ from _common import write_json  # noqa: E402
 from bench_task import bare_steps_per_second  # noqa: E402
 from r2s2r.cell.mjcf import build_model  # noqa: E402
 from r2s2r.data import DemoReader  # noqa: E402
+from r2s2r.core import parse_dotted  # noqa: E402
 from r2s2r.datagen import generate, make_generate_cfg  # noqa: E402
 from r2s2r.datagen.config import ALL_CAMERAS  # noqa: E402
+from r2s2r.datagen.worker import single_thread_rasteriser  # noqa: E402
+from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer  # noqa: E402
+
+# The in-process 1-worker runs and the bare renderer rasterise as generation's workers do (before any GL context).
+single_thread_rasteriser()
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = {"mimic": "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0",
@@ -71,14 +78,13 @@ def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size
 
 def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path, cameras: list[str],
         size: int, chunk_size: int) -> dict:
-    from r2s2r.core import parse_dotted
-
     overrides = [f"env.cameras=[{','.join(cameras)}]", f"env.image_size=[{size},{size}]",
                  f"datagen.chunk_size={chunk_size}"]
     if "BehaviorGrounded" in task:
         overrides.append(f"generator.source={source}")
     cfg = make_generate_cfg(task, trajectories, 0, parse_dotted(overrides))
-    out = workdir / f"{task}-{workers}.hdf5"
+    workdir.mkdir(exist_ok=True)
+    out = workdir / f"{task}-{workers}.hdf5"  # a new file each run: an existing one would be taken as done
     t0 = time.perf_counter()
     summary = generate(cfg, out, num_workers=workers, progress=False)
     wall = time.perf_counter() - t0
@@ -87,6 +93,7 @@ def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path,
     return {"task": task, "workers": workers, "trajectories": summary.trajectories, "attempts": summary.attempts,
             "admission_rate": round(summary.admission_rate, 3), "reasons": dict(summary.reasons),
             "wall_s": round(wall, 1), "steps": steps, "attempt_steps": summary.steps,
+            "admitted_steps": summary.admitted_steps,
             "plan_s": round(summary.plan_s, 2),
             "per_hour_per_core": round(summary.trajectories / wall * 3600 / workers, 1)}
 
@@ -102,11 +109,17 @@ def main() -> int:
     p.add_argument("--chunk-size", type=int, default=2,
                    help="attempts per chunk (default 2: a short run still splits into enough chunks for two "
                         "workers to share evenly; generate.py's default is 4)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run each generator's worker counts this many times, in alternating order (1 2, then 2 1, "
+                        "...): the machine's speed drifts between runs, and alternating spreads it over both counts; "
+                        "the speedup is the ratio of their summed wall times (default 1)")
     p.add_argument("--project", type=int, default=6000,
                    help="project the wall time of this many trajectories, split evenly over the generators (default 6000: the "
                         "paper scale's four configurations of 1,500)")
     p.add_argument("--output", default="outputs/bench_datagen.json")
     args = p.parse_args()
+    if args.rounds < 1:
+        p.error(f"--rounds = {args.rounds}: expected at least 1")
     source = ROOT / "outputs" / "bench" / "real.hdf5"
     if "mimic" in args.generators and not source.exists():
         subprocess.run([sys.executable, str(ROOT / "scripts" / "collect_real.py"), "--num-demos", "8", "--output",
@@ -119,49 +132,60 @@ def main() -> int:
         return (bare_steps_per_second(model, 3.0),
                 bare_images_per_second(model, cfg.env.cell, args.cameras, args.image_size, 3.0))
 
+    # `env.renderer="auto"` is decided once per machine and camera set and then cached: decide it before the timed
+    # runs, which would otherwise count a one-time measurement (seconds to a minute) in the first run's wall time.
+    warm = make_generate_cfg(TASKS["planner"], 1, 0, parse_dotted([f"env.cameras=[{','.join(args.cameras)}]",
+                                                                 f"env.image_size=[{args.image_size},{args.image_size}]"]))
+    print("renderer:", resolve_renderer(warm.env)[1], file=sys.stderr)
     # The bare engine is measured right before and after each run and the two averaged: on a shared machine the
     # load drifts over a run, and a single measurement at the start can be taken in another load than the run.
     rows, before = [], bare_rates()
     with tempfile.TemporaryDirectory() as tmp:
-        for name in args.generators:
-            for workers in args.workers:
-                row = run(TASKS[name], args.trajectories, workers, source, Path(tmp), args.cameras, args.image_size,
-                          args.chunk_size)
+        for name, rnd in itertools.product(args.generators, range(args.rounds)):
+            for workers in (args.workers if rnd % 2 == 0 else args.workers[::-1]):
+                row = run(TASKS[name], args.trajectories, workers, source, Path(tmp) / f"round{rnd}", args.cameras,
+                          args.image_size, args.chunk_size)
                 after = bare_rates()
                 bare_steps, bare_images = [(a + b) / 2 for a, b in zip(before, after)]
                 before = after
-                images = row["steps"] * len(args.cameras) / bare_images
+                # Every admitted attempt's frames are rendered, also those of the last chunk's surplus admitted
+                # attempts the output does not need (at most chunk_size - 1 per run: noticeable only in runs this
+                # short).
+                images = row["admitted_steps"] * len(args.cameras) / bare_images
                 bare = row["attempt_steps"] * substeps / bare_steps + images
                 admitted_only = row["steps"] * substeps / bare_steps + images
                 # Planning against the bare physics time of the attempts it planned (the goal: at most 0.10).
-                row.update(generator=name, bare_ratio=round(bare / row["wall_s"], 3),
+                row.update(generator=name, round=rnd, bare_ratio=round(bare / row["wall_s"], 3),
                            plan_share=round(row["plan_s"] / (row["attempt_steps"] * substeps / bare_steps), 3),
                            admitted_ratio=round(admitted_only / row["wall_s"], 3),
                            bare_steps_per_s=round(bare_steps), bare_images_per_s=round(bare_images, 1))
                 rows.append(row)
                 print(row, file=sys.stderr)
+    speedups = {}
     if {1, 2} <= set(args.workers):
         for name in args.generators:
-            one, two = [next(r for r in rows if r["generator"] == name and r["workers"] == w) for w in (1, 2)]
-            one["speedup_2_workers"] = round(one["wall_s"] / two["wall_s"], 2)
+            one, two = [sum(r["wall_s"] for r in rows if r["generator"] == name and r["workers"] == w) for w in (1, 2)]
+            speedups[name] = round(one / two, 2)
     # Projection from the 1-worker rates, as if every core ran one worker at that rate (the 2-worker speedup
     # says how far that holds on this machine).
     singles = [r for r in rows if r["workers"] == 1]
     core_hours = (sum(args.project / len(singles) / r["per_hour_per_core"] for r in singles)
-                  if len(singles) == len(args.generators) else None)
+                  if len(singles) == len(args.generators) * args.rounds else None)
     projection = {"trajectories": args.project, "core_hours": round(core_hours, 2) if core_hours else None,
                   "wall_h": {cores: round(core_hours / cores, 2) for cores in (2, 64)} if core_hours else None}
     write_json(args.output, {"cameras": args.cameras, "image_size": args.image_size, "rows": rows,
-                             "projection": projection})
-    print("| generator | workers | admitted / attempts | admission | wall s | traj/h/core | bare ratio | "
+                             "speedup_2_workers": speedups, "projection": projection})
+    print("| generator | round | workers | admitted / attempts | admission | wall s | traj/h/core | bare ratio | "
           "admitted-only ratio | planning / bare physics |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['generator']} | {r['workers']} | {r['trajectories']} / {r['attempts']} | "
+        print(f"| {r['generator']} | {r['round']} | {r['workers']} | {r['trajectories']} / {r['attempts']} | "
               f"{r['admission_rate']:.0%} | {r['wall_s']} | {r['per_hour_per_core']} | {r['bare_ratio']} | "
               f"{r['admitted_ratio']} | {r['plan_share']} |")
+    for name, speedup in speedups.items():
+        print(f"{name}: 1 -> 2 workers {speedup}x (summed wall times over {args.rounds} round(s))")
     if core_hours:
-        print(f"{args.project} trajectories (split evenly over {len(singles)} generator(s)): {core_hours:.1f} core-hours, "
+        print(f"{args.project} trajectories (split evenly over {len(args.generators)} generator(s)): {core_hours:.1f} core-hours, "
               f"{core_hours / 2:.1f} h on 2 cores, {60 * core_hours / 64:.0f} min on 64 cores")
     return 0
 

@@ -56,6 +56,9 @@ def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
     assert 0 < summary.plan_s < summary.seconds  # the generator's own time, recorded per attempt
     # The physics of every attempt is counted (benchmarks/bench_datagen.py's bare cost), the written ones' included.
     assert summary.steps >= written > 0
+    # The frames rendered: every admitted attempt's, the written ones' and those of any surplus admitted ones.
+    assert summary.admitted_steps >= written and (summary.admitted_steps == written) == (summary.admitted == 3)
+    assert summary.steps >= summary.admitted_steps
     report = replay_dataset(out)
     assert report.replayed == 3 and report.succeeded == 3
 

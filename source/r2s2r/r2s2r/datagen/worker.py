@@ -178,6 +178,7 @@ class ChunkResult:
     worker: str = ""  # "host:pid" of that process ("": an earlier run's shard, reused)
     node: str = ""  # the Ray node it ran on ("" outside Ray)
     steps: int = 0  # control steps of every attempt's physics (0 in shards written before it was recorded)
+    admitted_steps: int = 0  # control steps of the admitted attempts: the frames whose views were rendered
     plan_s: float = 0.0  # seconds in the behaviour generator over every attempt (0 in shards from before)
 
 
@@ -191,7 +192,8 @@ def shard_result(path: Path, chunk: int) -> ChunkResult | None:
             return None
         reasons = json.loads(data["shard_reasons"])
         return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons,
-                           steps=int(data.get("shard_steps", 0)), plan_s=float(data.get("shard_plan_s", 0.0)))
+                           steps=int(data.get("shard_steps", 0)), plan_s=float(data.get("shard_plan_s", 0.0)),
+                           admitted_steps=reader.total)
 
 
 _WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
@@ -238,9 +240,18 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
                 on_attempt(result)
         writer.set_attr("shard_attempts", len(spec.attempts))
         writer.set_attr(SHARD_DONE, True)
-        admitted = writer.num_demos
+        admitted, admitted_steps = writer.num_demos, writer.total
     return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons), time.monotonic() - started,
-                       f"{socket.gethostname()}:{os.getpid()}", steps=steps, plan_s=plan_s)
+                       f"{socket.gethostname()}:{os.getpid()}", steps=steps, plan_s=plan_s,
+                       admitted_steps=admitted_steps)
+
+
+def single_thread_rasteriser() -> None:
+    """Have Mesa's software rasteriser (llvmpipe) draw in the calling thread of this process, unless LP_NUM_THREADS is
+    set already. A generation worker is one core's work; llvmpipe's default, a thread per core in every process,
+    hands each frame between threads and workers (one worker ran 10-15 % faster without them on the 2-core machine,
+    docs/benchmarks.md). Mesa reads it when the process makes its first GL context: call this before that."""
+    os.environ.setdefault("LP_NUM_THREADS", "0")
 
 
 def scratch_dir() -> Path:
@@ -256,6 +267,7 @@ def run_chunk_detached(cfg: GenerateCfg, chunk: int, run: str, generator: Any = 
     run's behaviour generator as the driver built it, so that its input files (e.g. source demos) need not be
     on this node.
     """
+    single_thread_rasteriser()
     folder = scratch_dir() / hashlib.sha256(run.encode()).hexdigest()[:16]
     spec = ChunkSpec(cfg, chunk, str(folder))
     result = run_chunk(spec, generator=generator)
