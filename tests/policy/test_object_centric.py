@@ -167,7 +167,8 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
     np.testing.assert_allclose(near, NEAR_FIELD * np.tanh(offset / NEAR_FIELD), atol=1e-5)
     close = np.abs(offset) < 0.003
     np.testing.assert_allclose(near[close], offset[close], atol=1e-5)
-    assert np.all(np.abs(near) <= NEAR_FIELD)
+    # Saturating: un-normalising in float32 rounds a saturated value up to 1e-5 past the bound (as above).
+    assert np.all(np.abs(near) <= NEAR_FIELD + 1e-5)
     assert_hand_shift_keeps_the_world(trainer)
     report = json.loads((tmp_path / "run" / "perception.json").read_text())
     assert report["demos"] == 1 and report["approach"]["tracker_xy"]["frames"] > 0
