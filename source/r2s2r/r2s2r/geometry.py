@@ -3,6 +3,8 @@ roll-pitch-yaw as URDF (R = Rz(yaw) @ Ry(pitch) @ Rx(roll))."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -23,28 +25,37 @@ def mat_to_rpy(m: np.ndarray) -> np.ndarray:
 
 def mat_to_quat(m: np.ndarray) -> np.ndarray:
     """Rotation matrix to a unit quaternion with w >= 0."""
-    m = np.asarray(m, dtype=float)
-    t = np.trace(m)
+    # Python floats (the same IEEE arithmetic as NumPy's scalars, without their per-call cost): this runs for every
+    # observation and every planned action.
+    m = np.asarray(m, dtype=float).tolist()
+    t = m[0][0] + m[1][1] + m[2][2]
     if t > 0:
-        s = 2.0 * np.sqrt(t + 1.0)
-        q = [0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s]
+        s = 2.0 * math.sqrt(t + 1.0)
+        q = [0.25 * s, (m[2][1] - m[1][2]) / s, (m[0][2] - m[2][0]) / s, (m[1][0] - m[0][1]) / s]
     else:
-        i = int(np.argmax(np.diag(m)))
+        i = max(range(3), key=lambda a: m[a][a])  # the first of equal largest, as np.argmax
         j, k = (i + 1) % 3, (i + 2) % 3
-        s = 2.0 * np.sqrt(1.0 + m[i, i] - m[j, j] - m[k, k])
+        s = 2.0 * math.sqrt(1.0 + m[i][i] - m[j][j] - m[k][k])
         q = [0.0] * 4
-        q[0] = (m[k, j] - m[j, k]) / s
+        q[0] = (m[k][j] - m[j][k]) / s
         q[1 + i] = 0.25 * s
-        q[1 + j] = (m[j, i] + m[i, j]) / s
-        q[1 + k] = (m[k, i] + m[i, k]) / s
+        q[1 + j] = (m[j][i] + m[i][j]) / s
+        q[1 + k] = (m[k][i] + m[i][k]) / s
     q = np.array(q)
-    q /= np.linalg.norm(q)
+    q /= math.sqrt(q.dot(q))  # np.linalg.norm of a vector, without its call cost
     return q if q[0] >= 0 else -q
 
 
 def quat_to_mat(q) -> np.ndarray:
     """Rotation matrices (..., 3, 3) of quaternions w, x, y, z (..., 4), normalized here."""
     q = np.asarray(q, dtype=float)
+    if q.shape == (4,):  # one quaternion (every ee_pose action): Python floats, the same arithmetic as below
+        w, x, y, z = q.tolist()
+        n = math.sqrt(w * w + x * x + y * y + z * z)
+        w, x, y, z = w / n, x / n, y / n, z / n
+        return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+                         [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+                         [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
     w, x, y, z = np.moveaxis(q / np.linalg.norm(q, axis=-1, keepdims=True), -1, 0)
     rows = (
         (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
@@ -61,9 +72,10 @@ def rpy_to_quat(rpy) -> np.ndarray:
 def rotation_error(current: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Axis-angle vector (world frame) rotating `current` onto `target` (both 3x3)."""
     r = target @ current.T
-    angle = np.arccos(np.clip((np.trace(r) - 1.0) / 2.0, -1.0, 1.0))
+    # Scalars through `math`: the IK calls this every iteration, and NumPy's per-call cost on scalars is most of it.
+    angle = math.acos(min(max((r[0, 0] + r[1, 1] + r[2, 2] - 1.0) / 2.0, -1.0), 1.0))
     axis = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
-    s = np.sin(angle)
+    s = math.sin(angle)
     if s < 1e-6:
         if angle < 1e-6:
             return 0.5 * axis
