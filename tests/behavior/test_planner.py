@@ -7,6 +7,7 @@ import pytest
 
 from r2s2r.behavior.base import GenerationError
 from r2s2r.behavior.planner import PlannerCfg, PlannerGenerator
+from r2s2r.geometry import rotation_error
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
 # Pinned: a nominal seed the planner's trajectory succeeds on. Its rate over 20 nominal seeds is measured by
@@ -40,6 +41,11 @@ def _run(env, gen, seed, steps=None, condition="nominal"):
 def test_path_within_velocity_limits_and_clear_of_the_scene(env, planner):
     obs, _ = env.reset(seed=3)
     planner.reset(env, obs, np.random.default_rng(3))
+    # The way home is planned once the actions run past the release; the plan then ends at home.
+    released = len(planner.q_path)
+    while planner.retreat_from is not None:
+        planner(obs)
+    assert len(planner.q_path) > released and np.allclose(planner.q_path[-1], planner.home)
     speed = np.abs(np.diff(planner.q_path, axis=0)) / planner.cfg.sample_dt
     assert np.all(speed <= planner.vmax * 1.001)
     # The free-space segments are timed to the limit: some joint runs near velocity_fraction of it.
@@ -47,6 +53,19 @@ def test_path_within_velocity_limits_and_clear_of_the_scene(env, planner):
     # The arm and palm never touch the static scene or come near the other arm (fingers touch the belt on purpose).
     for q, hand in zip(planner.q_path[::5], planner.hand_path[::5]):
         assert not planner.collision_at(q, hand, holding=False, arm_only=True)
+
+
+@pytest.mark.parametrize("seed", [2, 6, 9])
+def test_grasp_path_joints_reach_the_grasp_path_at_every_sample(env, planner, seed):
+    """The descent, closure and lift are solved by IK at knots and interpolated between them: every sample's forward
+    kinematics must still be on the moving grasp within the solver's tolerance (0.1 mm, 0.2 mrad), with a margin."""
+    obs, _ = env.reset(seed=seed, options={"condition": ("belt_speed", "nominal", "combined")[seed % 3]})
+    planner.reset(env, obs, np.random.default_rng(seed))
+    q = planner.q_path[planner.cart_start:planner.cart_start + len(planner.cart_t)]
+    for qi, target in zip(q, planner._grasp_path(planner.cart_t)):
+        pos, rot = planner.track.site_pose(qi)
+        assert np.linalg.norm(pos - target) < 2e-4
+        assert np.linalg.norm(rotation_error(rot, planner.grasp_rot)) < 5e-4
 
 
 def test_interception_meets_the_object_where_it_is(env, planner):
