@@ -31,6 +31,7 @@ import json
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -51,6 +52,8 @@ from r2s2r.datagen.worker import (
     close_workers,
     run_chunk,
     run_chunk_detached,
+    remove_run_scratch,
+    scratch_dir,
     shard_result,
     single_thread_rasteriser,
 )
@@ -58,6 +61,7 @@ from r2s2r.files import atomic_path, write_text_atomic
 
 CONNECT_TIMEOUT_S = 5.0  # for the reachability check of a Ray cluster's address
 GCS_WAIT_S = 6  # attempts (about 1 s each) to reach the Ray head's GCS at an address that accepts connections
+CLEANUP_WAIT_S = 10.0  # for cancelled chunks to stop, and then for the nodes to remove their scratch folders
 
 
 class ClusterError(ConnectionError):
@@ -247,6 +251,25 @@ def _chunk_on_node(cfg: GenerateCfg, chunk: int, run: str, generator) -> tuple[C
 
     result, data = run_chunk_detached(cfg, chunk, run, generator)
     return dataclasses.replace(result, node=ray.get_runtime_context().get_node_id()), data
+
+
+def _remove_scratch(ray, run: str, cancelled: list) -> None:
+    """After a finished run: remove its scratch folder on every live node. Chunks still running when the output had
+    enough were cancelled, and a cancelled task leaves its shard in the making behind (a retry of a failed one
+    would resume it); they are waited for first, so that none writes after its folder is gone. Best effort: the
+    dataset is complete, and a node that does not answer (e.g. lost, and not yet known to be) keeps its folder."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if cancelled:
+        ray.wait(cancelled, num_returns=len(cancelled), timeout=CLEANUP_WAIT_S)
+    remove = ray.remote(num_cpus=0, max_retries=0)(remove_run_scratch)
+    nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+    refs = [remove.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(run)
+            for node in nodes]
+    done, _ = ray.wait(refs, num_returns=len(refs), timeout=CLEANUP_WAIT_S)
+    if len(done) < len(refs):
+        print(f"generate: {len(refs) - len(done)} of {len(nodes)} nodes did not clear their scratch folder of this run "
+              f"({scratch_dir().name}/) within {CLEANUP_WAIT_S:.0f} s", file=sys.stderr)
 
 
 def _store_shard(path: Path, data: bytes, result: ChunkResult) -> None:
@@ -490,11 +513,15 @@ def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_wo
             _store_shard(ChunkSpec(cfg, chunk, str(shards)).path, data, result)
             return result
 
+        cancelled = []
+
         def cancel_ray(ref) -> None:
             ray.cancel(ref, force=True)
+            cancelled.append(ref)
 
         slots = num_workers if num_workers > 1 else int(ray.cluster_resources().get("CPU", 1))
         dispatch(submit_ray, wait_ray, collect_ray, cancel_ray, slots)
+        _remove_scratch(ray, run, cancelled)
         return
     with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn"),
                              initializer=single_thread_rasteriser) as pool:

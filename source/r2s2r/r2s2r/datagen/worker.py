@@ -24,6 +24,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -259,6 +260,16 @@ def scratch_dir() -> Path:
     return Path(os.environ.get("R2S2R_SCRATCH") or tempfile.gettempdir()) / "r2s2r-chunks"
 
 
+def run_scratch(run: str) -> Path:
+    """This node's scratch folder of run `run` (see `run_chunk_detached`)."""
+    return scratch_dir() / hashlib.sha256(run.encode()).hexdigest()[:16]
+
+
+def remove_run_scratch(run: str) -> None:
+    """Remove this node's scratch folder of run `run`, with the shards in the making of chunks cancelled there."""
+    shutil.rmtree(run_scratch(run), ignore_errors=True)
+
+
 def run_chunk_detached(cfg: GenerateCfg, chunk: int, run: str, generator: Any = None) -> tuple[ChunkResult, bytes]:
     """Execute one chunk into this node's scratch folder and return its result and the finished shard's bytes.
 
@@ -268,7 +279,7 @@ def run_chunk_detached(cfg: GenerateCfg, chunk: int, run: str, generator: Any = 
     on this node.
     """
     single_thread_rasteriser()
-    folder = scratch_dir() / hashlib.sha256(run.encode()).hexdigest()[:16]
+    folder = run_scratch(run)
     spec = ChunkSpec(cfg, chunk, str(folder))
     result = run_chunk(spec, generator=generator)
     data = spec.path.read_bytes()
