@@ -49,20 +49,19 @@ def mat_to_quat(m: np.ndarray) -> np.ndarray:
 def quat_to_mat(q) -> np.ndarray:
     """Rotation matrices (..., 3, 3) of quaternions w, x, y, z (..., 4), normalized here."""
     q = np.asarray(q, dtype=float)
-    if q.shape == (4,):  # one quaternion (every ee_pose action): Python floats, the same arithmetic as below
+    one = q.shape == (4,)
+    if one:  # every ee_pose action: Python floats (the same arithmetic, without NumPy's per-call cost on scalars)
         w, x, y, z = q.tolist()
         n = math.sqrt(w * w + x * x + y * y + z * z)
         w, x, y, z = w / n, x / n, y / n, z / n
-        return np.array([[1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-                         [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-                         [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]])
-    w, x, y, z = np.moveaxis(q / np.linalg.norm(q, axis=-1, keepdims=True), -1, 0)
+    else:
+        w, x, y, z = np.moveaxis(q / np.linalg.norm(q, axis=-1, keepdims=True), -1, 0)
     rows = (
         (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
         (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
         (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
     )
-    return np.stack([np.stack(row, axis=-1) for row in rows], axis=-2)
+    return np.array(rows) if one else np.stack([np.stack(row, axis=-1) for row in rows], axis=-2)
 
 
 def rpy_to_quat(rpy) -> np.ndarray:
