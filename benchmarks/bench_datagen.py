@@ -39,7 +39,8 @@ from r2s2r.datagen.config import ALL_CAMERAS  # noqa: E402
 from r2s2r.datagen.worker import single_thread_rasteriser  # noqa: E402
 from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer  # noqa: E402
 
-# The in-process 1-worker runs and the bare renderer rasterise as generation's workers do (before any GL context).
+# The bare renderer rasterises as generation's workers do: set before this process's first GL context (generate() sets
+# it too, but only after the bare renderer has drawn).
 single_thread_rasteriser()
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -127,9 +127,6 @@ def run(cfg, args: argparse.Namespace) -> int:
     """Generate; errors are reported here, inside the launcher, which would print a traceback for any it sees."""
     from r2s2r.datagen import generate
     from r2s2r.datagen.runner import ClusterError
-    from r2s2r.datagen.worker import single_thread_rasteriser
-
-    single_thread_rasteriser()  # the in-process worker of a 1-worker run (spawned workers set it themselves)
 
     try:
         if hasattr(cfg.generator, "source"):  # workers (other processes, other nodes) must not depend on the cwd

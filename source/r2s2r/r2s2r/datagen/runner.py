@@ -389,6 +389,9 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
     `log_json`: a file to append one JSON line per finished chunk to."""
     output = Path(output).absolute()
     started = time.monotonic()
+    # Before this process draws anything (the renderer choice may): the in-process worker of a 1-worker run and the
+    # spawned workers, which inherit the environment, rasterise in their own thread. Ray tasks set it themselves.
+    single_thread_rasteriser()
     cfg, choice = _resolve_renderer(cfg, output)
     summary = RunSummary(cfg.task, cfg.generator_name, output, renderer_choice=choice)
     have = preflight(cfg, output, ray_address)
@@ -523,8 +526,7 @@ def _run_parallel(cfg, shards, results, finished, next_chunk, max_chunks, num_wo
         dispatch(submit_ray, wait_ray, collect_ray, cancel_ray, slots)
         _remove_scratch(ray, run, cancelled)
         return
-    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn"),
-                             initializer=single_thread_rasteriser) as pool:
+    with ProcessPoolExecutor(max_workers=num_workers, mp_context=get_context("spawn")) as pool:
 
         def submit_pool(chunk: int):
             return pool.submit(run_chunk, ChunkSpec(cfg, chunk, str(shards)))
