@@ -114,9 +114,13 @@ class MujocoGLRenderer(RenderBackend):
         bounds = self._geom_bounds() if self.culling else None
         for w in range(n):
             data = physics.host_data(w)
-            for name in self.cameras:
+            for i, name in enumerate(self.cameras):
                 self._camera.fixedcamid = self.camera_ids[name]
-                self._update_scene(data, name, bounds)
+                if bounds is None and i > 0:  # nothing culled: the geoms are the first camera's; only the camera
+                    mujoco.mjv_updateCamera(m, data, self._camera, scene)  # moves, and the headlight riding on it
+                    mujoco.mjv_makeLights(m, data, scene)
+                else:
+                    self._update_scene(data, name, bounds)
                 for light in scene.lights[:scene.nlight]:  # the shadows option gates each light's own setting
                     light.castshadow = self.shadows and not light.headlight and bool(m.light_castshadow[light.id])
                 # The lens sets the field of view; an empty frustum width takes the viewport's aspect ratio.
