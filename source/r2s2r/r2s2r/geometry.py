@@ -71,14 +71,16 @@ def rpy_to_quat(rpy) -> np.ndarray:
 def rotation_error(current: np.ndarray, target: np.ndarray) -> np.ndarray:
     """Axis-angle vector (world frame) rotating `current` onto `target` (both 3x3)."""
     r = target @ current.T
-    # Scalars through `math`: the IK calls this every iteration, and NumPy's per-call cost on scalars is most of it.
-    angle = math.acos(min(max((r[0, 0] + r[1, 1] + r[2, 2] - 1.0) / 2.0, -1.0), 1.0))
-    axis = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]])
+    # Scalars through `math` and Python floats (the same IEEE operations, in the same order, as the array
+    # expressions they replace): the IK calls this every iteration, and NumPy's per-call cost on 3-vectors is most of it.
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = r.tolist()
+    angle = math.acos(min(max((r00 + r11 + r22 - 1.0) / 2.0, -1.0), 1.0))
+    axis = (r21 - r12, r02 - r20, r10 - r01)
     s = math.sin(angle)
     if s < 1e-6:
         if angle < 1e-6:
-            return 0.5 * axis
+            return np.array([0.5 * a for a in axis])
         # 180 degrees: axis from the symmetric part.
         w, v = np.linalg.eigh(r)
         return angle * v[:, np.argmax(w)]
-    return angle * axis / (2.0 * s)
+    return np.array([angle * a / (2.0 * s) for a in axis])
