@@ -7,7 +7,7 @@ import pytest
 
 from r2s2r.behavior.base import GenerationError
 from r2s2r.behavior.planner import PlannerCfg, PlannerGenerator
-from r2s2r.geometry import rotation_error
+from r2s2r.geometry import mat_to_quat, rotation_error
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
 # Pinned: a nominal seed the planner's trajectory succeeds on. Its rate over 20 nominal seeds is measured by
@@ -104,3 +104,54 @@ def test_bad_config_names_the_field():
 def test_a_pinned_nominal_seed_is_admitted(env, planner):
     _, _, _, info = _run(env, planner, ADMITTED_SEED)
     assert info["success"] and info["failure"] is None, info
+
+
+def test_collision_check_matches_exact_contacts_and_distances(env, planner):
+    """`collision_at` folds the arms' distance into one collision pass (contact margins on the left arm). Oracle: the
+    cell's own model with its own collision filter for the scene (deep contacts of the moving geoms with static
+    ones) and `mj_geomDistance` between every right outer geom and every left geom, on random configurations."""
+    import mujoco
+
+    from r2s2r.cell.mjcf import object_body_name
+
+    obs, _ = env.reset(seed=4)
+    planner.reset(env, obs, np.random.default_rng(4))
+    m = env.model
+    oracle = mujoco.MjData(m)
+    obj_geom = m.geom(object_body_name(env.obj)).id
+    obj_qadr = m.joint(object_body_name(env.obj)).qposadr[0]
+    right_outer, left = np.flatnonzero(planner.right_outer), np.flatnonzero(planner.left_geoms)
+    clearance, fromto = planner.cfg.arm_clearance, np.zeros(6)
+
+    def exact(q, hand, holding, arm_only):
+        oracle.qpos[:] = m.key_qpos[0]
+        oracle.qpos[planner.arm_qadr], oracle.qpos[planner.hand_qadr] = q, hand
+        mujoco.mj_kinematics(m, oracle)
+        if holding:  # the object at the grasp, where the hand holds it
+            r_obj = oracle.site_xmat[planner.site].reshape(3, 3) @ planner.grasp.rot.T
+            oracle.qpos[obj_qadr:obj_qadr + 3] = oracle.site_xpos[planner.site] - r_obj @ planner.grasp.pos
+            oracle.qpos[obj_qadr + 3:obj_qadr + 7] = mat_to_quat(r_obj)
+            mujoco.mj_kinematics(m, oracle)
+        moving = (planner.arm_geoms if arm_only else planner.robot_geoms).copy()
+        moving[obj_geom] = holding
+        scene = any(mujoco.mj_geomDistance(m, oracle, int(i), int(j), 0.0, fromto) < -planner.cfg.collision_tolerance
+                    for i in np.flatnonzero(moving) for j in np.flatnonzero(planner.static_geoms))
+        arms = any(mujoco.mj_geomDistance(m, oracle, int(i), int(j), clearance, fromto) < clearance
+                   for i in right_outer for j in left)
+        return "scene" if scene else "arms" if arms else None
+
+    rng = np.random.default_rng(0)
+    verdicts = {"scene": 0, "arms": 0, None: 0}
+    for k in range(300):
+        # Around the plan (near the belt and bins), and anywhere in the joint range (near the other arm).
+        if k % 3 == 2:
+            q = rng.uniform(planner.ik.lower, planner.ik.upper)
+        else:
+            base = planner.q_path[rng.integers(len(planner.q_path))] if k % 2 else planner.home
+            q = np.clip(base + rng.normal(0, [0.05, 0.4][k % 3], 7), planner.ik.lower, planner.ik.upper)
+        hand = planner.hand_path[rng.integers(len(planner.hand_path))]
+        holding, arm_only = bool(k % 4 < 2), bool(k % 2)
+        expected = exact(q, hand, holding, arm_only)
+        verdicts[expected] += 1
+        assert planner.collision_at(q, hand, holding, arm_only) == (expected is not None), (k, expected)
+    assert min(verdicts.values()) >= 5, verdicts  # every kind of verdict was exercised

@@ -39,6 +39,9 @@ from r2s2r.control.ik import ArmIK
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
 from r2s2r.trajectory import min_jerk, quintic
 
+# The scratch scene's contact bit for the left arm (the cell's bits are STATIC, OBJECT, ROBOT).
+LEFT_ARM = 8
+
 
 @dataclass(frozen=True)
 class PlannerCfg:
@@ -171,18 +174,31 @@ class PlannerGenerator(BehaviorGenerator):
         self.robot_geoms = right & solid  # the whole right arm and hand
         self.arm_geoms = right & solid & ~finger  # links and palm: what may not touch the scene while grasping
         self.static_geoms = ((m.geom_contype & STATIC) > 0) & ~right & ~left & ~is_object
-        # The two arms do not collide in the physics (robot geoms ignore each other), so their distance is checked
-        # directly: the right arm's outer links and palm against every solid left-arm geom.
+        # The two arms do not collide in the physics (robot geoms ignore each other); in the scratch scene the right
+        # arm's outer links and palm meet every solid left-arm geom in contacts that start `arm_clearance` apart
+        # (the left geoms' margin), so one collision pass checks the scene and the arms' distance.
         outer = np.isin(m.geom_bodyid, [m.body(f"right_link{i}").id for i in range(3, 8)] + [hand_root])
-        self.right_outer = np.flatnonzero(outer & solid)
-        self.left_geoms = np.flatnonzero(left & solid)
-        self.bound_sum = m.geom_rbound[self.right_outer][:, None] + m.geom_rbound[self.left_geoms][None]
+        self.right_outer = outer & solid
+        self.left_geoms = left & solid
         # The scratch scene's collision filter generates only the contacts `collision_at` counts: the right arm and
-        # the held object against the static scene (the objects are switched on one at a time, in reset).
+        # the held object against the static scene (the objects are switched on one at a time, in reset), and the
+        # right arm's outer geoms against the left arm.
         scene = self.scene
         scene.geom_contype[:] = np.where(self.static_geoms, STATIC, np.where(self.robot_geoms, ROBOT, 0))
         scene.geom_conaffinity[:] = np.where(self.static_geoms, ROBOT | OBJECT, np.where(self.robot_geoms, STATIC, 0))
+        scene.geom_contype[self.left_geoms] = LEFT_ARM
+        scene.geom_conaffinity[self.right_outer] |= LEFT_ARM
+        scene.geom_margin[self.left_geoms] = self.cfg.arm_clearance
         self.object_geoms = np.flatnonzero(is_object & solid)
+        # MuJoCo's broad phase first filters body pairs, by bits and margins compiled from their geoms': recompute
+        # them for this filter, with every object as reset may switch it on.
+        contype, conaffinity = scene.geom_contype.copy(), scene.geom_conaffinity.copy()
+        contype[self.object_geoms], conaffinity[self.object_geoms] = OBJECT, STATIC
+        scene.body_contype[:] = scene.body_conaffinity[:] = scene.body_margin[:] = 0
+        np.bitwise_or.at(scene.body_contype, scene.geom_bodyid, contype)
+        np.bitwise_or.at(scene.body_conaffinity, scene.geom_bodyid, conaffinity)
+        np.maximum.at(scene.body_margin, scene.geom_bodyid, scene.geom_margin)
+        self.key_qpos = m.key_qpos[0].copy()
         self.grasp_generator = GraspGenerator(m, self.cfg.grasp, cache=True)
         self._grasps.clear()
 
@@ -483,35 +499,31 @@ class PlannerGenerator(BehaviorGenerator):
     def collision_at(self, q: np.ndarray, hand: np.ndarray, holding: bool, arm_only: bool = False) -> bool:
         """Whether the right arm at joints `q` (hand at `hand`) hits the static scene or nears the other arm."""
         m, d = self.scene, self.data
-        d.qpos[:] = m.key_qpos[0]
-        d.qpos[self.arm_qadr] = q
-        d.qpos[self.hand_qadr] = hand
+        qpos = d.qpos
+        qpos[:] = self.key_qpos
+        qpos[self.arm_qadr] = q
+        qpos[self.hand_qadr] = hand
         mujoco.mj_kinematics(m, d)
         if holding:
             pos = d.site_xpos[self.site]
             rot = d.site_xmat[self.site].reshape(3, 3)
             r_obj = rot @ self.grasp.rot.T
-            d.qpos[self.obj_qadr:self.obj_qadr + 3] = pos - r_obj @ self.grasp.pos
-            d.qpos[self.obj_qadr + 3:self.obj_qadr + 7] = mat_to_quat(r_obj)
+            qpos[self.obj_qadr:self.obj_qadr + 3] = pos - r_obj @ self.grasp.pos
+            qpos[self.obj_qadr + 3:self.obj_qadr + 7] = mat_to_quat(r_obj)
             mujoco.mj_kinematics(m, d)
         mujoco.mj_collision(m, d)
-        if d.ncon:
-            contact = d.contact
-            moving = self.arm_geoms if arm_only else self.robot_geoms
-            if holding:
-                moving = moving.copy()
-                moving[self.obj_geom] = True
-            g1, g2 = contact.geom1, contact.geom2
-            deep = contact.dist < -self.cfg.collision_tolerance
-            if np.any(deep & ((moving[g1] & self.static_geoms[g2]) | (moving[g2] & self.static_geoms[g1]))):
-                return True
-        clearance = self.cfg.arm_clearance
-        # Exact distances only where the geoms' bounding spheres come within the clearance (a few pairs of ~140).
-        a, b = self.right_outer, self.left_geoms
-        gap = np.linalg.norm(d.geom_xpos[a][:, None] - d.geom_xpos[b][None], axis=-1) - self.bound_sum
-        near = np.argwhere(gap < clearance)
-        fromto = np.zeros(6)
-        return any(mujoco.mj_geomDistance(m, d, int(a[i]), int(b[j]), clearance, fromto) < clearance for i, j in near)
+        if not d.ncon:
+            return False
+        contact = d.contact
+        g1, g2 = contact.geom1, contact.geom2
+        moving = self.arm_geoms if arm_only else self.robot_geoms
+        if holding:
+            moving = moving.copy()
+            moving[self.obj_geom] = True
+        deep = contact.dist < -self.cfg.collision_tolerance
+        hits = deep & ((moving[g1] & self.static_geoms[g2]) | (moving[g2] & self.static_geoms[g1]))
+        arms = (contact.dist < self.cfg.arm_clearance) & (self.left_geoms[g1] | self.left_geoms[g2])
+        return bool(np.any(hits | arms))
 
     # ----------------------------------------------------------------------------------------------------------
     def __call__(self, obs: dict) -> np.ndarray:
