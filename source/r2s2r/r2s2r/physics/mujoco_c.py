@@ -8,7 +8,8 @@ import numpy as np
 from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
 
 # Warnings that mean the solution can no longer be trusted (see mjtWarning).
-_FATAL_WARNINGS = (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS, mujoco.mjtWarning.mjWARN_BADQVEL)
+_FATAL_WARNINGS = [int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,
+                                    mujoco.mjtWarning.mjWARN_BADQVEL)]
 
 
 class MujocoCBackend(PhysicsBackend):
@@ -60,7 +61,7 @@ class MujocoCBackend(PhysicsBackend):
         return np.array(
             [
                 not (np.isfinite(d.qpos).all() and np.isfinite(d.qvel).all())
-                or any(d.warning[w].number > 0 for w in _FATAL_WARNINGS)
+                or d.warning.number[_FATAL_WARNINGS].any()
                 for d in self.datas
             ]
         )
