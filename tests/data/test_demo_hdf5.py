@@ -347,3 +347,15 @@ def test_append_from_writes_what_append_of_the_loaded_demo_writes(tmp_path, comp
         out.append(demo, attrs_for(5))
         with pytest.raises(DatasetError, match=r"extra fields \['obs/hand_q'\]"):
             out.append_from(reader, "demo_0")
+
+
+def test_load_only_reads_the_named_fields(tmp_path):
+    path = tmp_path / "demos.hdf5"
+    write(path, [3])
+    with DemoReader(path) as reader:
+        full = flatten(reader.load("demo_0"))
+        part = flatten(reader.load("demo_0", only=("obs/datagen_info", "states")))
+    kept = {k for k in full if k == "actions" or k == "states" or k.startswith("obs/datagen_info/")}
+    assert set(part) == kept and "obs/cam" not in part
+    for key in kept:
+        np.testing.assert_array_equal(part[key], full[key])

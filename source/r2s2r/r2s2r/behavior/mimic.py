@@ -37,7 +37,7 @@ from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
 from r2s2r.data.annotate import FLEXORS, demo_annotation
 from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN, matrix_poses, positions
-from r2s2r.data.hdf5 import DatasetError, DemoReader
+from r2s2r.data.hdf5 import DATAGEN, DatasetError, DemoReader
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
 from r2s2r.trajectory import interp_rows, min_jerk
 
@@ -144,7 +144,7 @@ def load_sources(path: str | os.PathLike, shapes: dict[str, str] | None = None) 
         for name in reader.names:
             where = f"{path}: {name}"
             attrs = reader.attrs(name)
-            data = reader.load(name)
+            data = reader.load(name, only=(DATAGEN,))
             info = data["obs"]["datagen_info"]
             if attrs["object"] not in shapes:
                 raise DatasetError(f"{where}: attr 'object' = {attrs['object']!r}: expected one of {sorted(shapes)}")

@@ -815,15 +815,21 @@ class DemoReader:
         self._group(name)
         return dict(self._attrs[name])
 
-    def load(self, name: str) -> dict:
+    def load(self, name: str, only: tuple[str, ...] | None = None) -> dict:
         """The arrays of demo `name` in layout 2 (an older file's converted) as nested dicts of numpy arrays, the
-        derived next_obs, rewards and dones left out: what `DemoWriter.append` takes. Checked with `validate_demo`."""
+        derived next_obs, rewards and dones left out: what `DemoWriter.append` takes. Checked with `validate_demo`.
+
+        `only`: read just the fields at or under these paths (e.g. "obs/datagen_info"; `actions` always), leaving
+        the rest (camera images, most of a file) on disk."""
         group = self._group(name)
         demo: dict = {}
         source = "its member list"
+        wanted = None if only is None else ("actions", *only)
         try:
             for path, field in self._fields(name, group).items():
                 if path.split("/")[0] in DERIVED:
+                    continue
+                if wanted is not None and not any(path == w or path.startswith(w + "/") for w in wanted):
                     continue
                 source = field.source
                 *parents, leaf = path.split("/")
