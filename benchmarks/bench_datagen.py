@@ -1,13 +1,14 @@
 """Trajectory generation throughput: admitted trajectories per hour per CPU core, admission rate per generator,
 and scaling from 1 to 2 workers, with four cameras rendered at 128x128 (generate.py's default).
 
-The bare-engine ratio, measured in the same run: the time bare `mj_step` and a bare `mujoco.Renderer` would take
-for the physics of every attempt (admitted or not) and the camera images of the admitted trajectories, divided by
-the generation's wall time (so 1.0 would mean planning, IK, rendering the admitted frames from their stored states, the
-generators and file writing cost nothing). Bare `mj_step` is timed from the states the run stored (one control period
-from each, see `bare_steps_on_states`): the episodes' contacts make their steps slower than the home keyframe's at
-rest, whose rate the earlier figures used (`bare_ratio_at_rest`, `plan_share_at_rest`, kept for comparison). The
-earliest figure counted the admitted trajectories' physics only (`admitted_ratio`).
+The bare-engine ratio, measured in the same run: the time the physics of every attempt (admitted or not) took, plus
+the time a bare `mujoco.Renderer` takes for the camera images of the admitted trajectories, divided by the
+generation's wall time (so 1.0 would mean planning, IK, rendering the admitted frames from their stored states, the
+generators and file writing cost nothing). The physics is timed in the run, around each control period's `mj_step`
+calls (`RunSummary.physics_s`): the episodes' contacts (object on the belt, in the hand) make their steps slower than
+bare `mj_step` from the home keyframe at rest, whose rate the earlier figures used (`bare_ratio_at_rest`,
+`plan_share_at_rest`, measured before and after each run and kept for comparison). The earliest figure counted the
+admitted trajectories' physics only (`admitted_ratio`).
 
 Usage: python benchmarks/bench_datagen.py [--trajectories 4] [--output outputs/bench_datagen.json]
        python benchmarks/bench_datagen.py --cameras head_left right_wrist --image-size 64  # the policy's views
@@ -30,7 +31,6 @@ from pathlib import Path
 os.environ.setdefault("MUJOCO_GL", "egl")
 
 import mujoco  # noqa: E402
-import numpy as np  # noqa: E402
 
 from _common import write_json  # noqa: E402
 from bench_task import bare_steps_per_second  # noqa: E402
@@ -40,7 +40,6 @@ from r2s2r.core import parse_dotted  # noqa: E402
 from r2s2r.datagen import generate, make_generate_cfg  # noqa: E402
 from r2s2r.datagen.config import ALL_CAMERAS  # noqa: E402
 from r2s2r.datagen.worker import single_thread_rasteriser  # noqa: E402
-from r2s2r.sim import CellIndex  # noqa: E402
 from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer  # noqa: E402
 
 # The bare renderer rasterises as generation's workers do: set before this process's first GL context (generate() sets
@@ -81,31 +80,6 @@ def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size
     return n / (time.perf_counter() - t0)
 
 
-def bare_steps_on_states(model: mujoco.MjModel, path: Path, substeps: int, seconds: float) -> float:
-    """Bare `mj_step` per second from the states a generated dataset stored: one control period from each (spread
-    over every trajectory), the arm's drives holding the state's posture, the hand's at that step's targets and the
-    belt's at its speed. These are the contacts the attempts stepped through (object on the belt, in the hand)."""
-    index = CellIndex.of(model)
-    with DemoReader(path) as reader:
-        demos = [demo.data for demo in reader]
-    states = np.concatenate([demo["states"] for demo in demos])
-    hands = np.concatenate([demo["actions"][:, 7:] for demo in demos])
-    order = np.random.default_rng(0).permutation(len(states))  # any prefix covers every trajectory
-    data = mujoco.MjData(model)
-    n, t0 = 0, time.perf_counter()
-    for k in itertools.cycle(order):
-        mujoco.mj_resetDataKeyframe(model, data, 0)
-        data.qpos[:], data.qvel[:] = states[k, :model.nq], states[k, model.nq:]
-        data.ctrl[index.arm_act] = states[k, index.arm_qadr]
-        data.ctrl[index.hand_act] = hands[k]
-        data.ctrl[index.belt_act] = states[k, model.nq + index.belt_dof]
-        for _ in range(substeps):
-            mujoco.mj_step(model, data)
-        n += substeps
-        if time.perf_counter() - t0 > seconds:
-            return n / (time.perf_counter() - t0)
-
-
 def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path, cameras: list[str],
         size: int, chunk_size: int) -> dict:
     overrides = [f"env.cameras=[{','.join(cameras)}]", f"env.image_size=[{size},{size}]",
@@ -120,11 +94,11 @@ def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path,
     wall = time.perf_counter() - t0
     with DemoReader(out) as reader:
         steps = reader.total
-    return {"output": out, "task": task, "workers": workers, "trajectories": summary.trajectories, "attempts": summary.attempts,
+    return {"task": task, "workers": workers, "trajectories": summary.trajectories, "attempts": summary.attempts,
             "admission_rate": round(summary.admission_rate, 3), "reasons": dict(summary.reasons),
             "wall_s": round(wall, 1), "steps": steps, "attempt_steps": summary.steps,
             "admitted_steps": summary.admitted_steps,
-            "plan_s": round(summary.plan_s, 2),
+            "plan_s": round(summary.plan_s, 2), "physics_s": round(summary.physics_s, 2),
             "per_hour_per_core": round(summary.trajectories / wall * 3600 / workers, 1)}
 
 
@@ -178,20 +152,19 @@ def main() -> int:
                 after = bare_rates()
                 rest_steps, bare_images = [(a + b) / 2 for a, b in zip(before, after)]
                 before = after
-                bare_steps = bare_steps_on_states(model, row.pop("output"), substeps, 3.0)
                 # Every admitted attempt's frames are rendered, also those of the last chunk's surplus admitted
                 # attempts the output does not need (at most chunk_size - 1 per run: noticeable only in runs this
                 # short).
                 images = row["admitted_steps"] * len(args.cameras) / bare_images
-                physics, physics_at_rest = (row["attempt_steps"] * substeps / rate for rate in (bare_steps, rest_steps))
-                # Planning against the bare physics time of the attempts it planned (the goal: at most 0.10).
+                physics, physics_at_rest = row["physics_s"], row["attempt_steps"] * substeps / rest_steps
+                # Planning against the physics time of the attempts it planned (the goal: at most 0.10).
                 row.update(generator=name, round=rnd, bare_ratio=round((physics + images) / row["wall_s"], 3),
                            plan_share=round(row["plan_s"] / physics, 3),
                            bare_ratio_at_rest=round((physics_at_rest + images) / row["wall_s"], 3),
                            plan_share_at_rest=round(row["plan_s"] / physics_at_rest, 3),
                            admitted_ratio=round((row["steps"] * substeps / rest_steps + images) / row["wall_s"], 3),
-                           bare_steps_per_s=round(bare_steps), bare_steps_at_rest_per_s=round(rest_steps),
-                           bare_images_per_s=round(bare_images, 1))
+                           steps_per_s=round(row["attempt_steps"] * substeps / physics),
+                           bare_steps_at_rest_per_s=round(rest_steps), bare_images_per_s=round(bare_images, 1))
                 rows.append(row)
                 print(row, file=sys.stderr)
     speedups = {}
@@ -209,13 +182,13 @@ def main() -> int:
     write_json(args.output, {"cameras": args.cameras, "image_size": args.image_size, "rows": rows,
                              "speedup_2_workers": speedups, "projection": projection})
     print("| generator | round | workers | admitted / attempts | admission | wall s | traj/h/core | bare ratio | "
-          "(at rest) | planning / bare physics | (at rest) | mj_step/s on states (at rest) |")
+          "(at rest) | planning / physics | (at rest) | mj_step/s in the run (at rest) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['generator']} | {r['round']} | {r['workers']} | {r['trajectories']} / {r['attempts']} | "
               f"{r['admission_rate']:.0%} | {r['wall_s']} | {r['per_hour_per_core']} | {r['bare_ratio']} | "
               f"{r['bare_ratio_at_rest']} | {r['plan_share']} | {r['plan_share_at_rest']} | "
-              f"{r['bare_steps_per_s']} ({r['bare_steps_at_rest_per_s']}) |")
+              f"{r['steps_per_s']} ({r['bare_steps_at_rest_per_s']}) |")
     for name, speedup in speedups.items():
         print(f"{name}: 1 -> 2 workers {speedup}x (summed wall times over {args.rounds} round(s))")
     if core_hours:

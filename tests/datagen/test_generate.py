@@ -54,6 +54,7 @@ def test_generated_dataset_holds_admitted_trajectories_that_replay(serial):
         # env.renderer="auto" (the default) is decided before the run and stated with the data.
         assert reader.env_args["renderer"] == stored["renderer_choice"]["renderer"] in ("mujoco_gl", "mujoco_warp")
     assert 0 < summary.plan_s < summary.seconds  # the generator's own time, recorded per attempt
+    assert 0 < summary.physics_s < summary.seconds  # the physics' time, recorded per attempt
     # The physics of every attempt is counted (benchmarks/bench_datagen.py's bare cost), the written ones' included.
     assert summary.steps >= written > 0
     # The frames rendered: every admitted attempt's, the written ones' and those of any surplus admitted ones.

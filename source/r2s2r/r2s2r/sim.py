@@ -10,6 +10,7 @@ physics does not depend on them.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import mujoco
@@ -87,6 +88,7 @@ class CellSim:
         self.index = CellIndex.of(self.model)
         self.latency = cell.arm("right").latency_steps
         self.lights_nominal = (self.model.light_pos.copy(), self.model.light_diffuse.copy())
+        self.physics_s = 0.0  # wall time of every control period's physics so far (what generation reports)
 
     def renderer(self, kind: str, cameras, width: int, height: int, **options):
         """A renderer (`r2s2r.render.make_renderer`) of this model's cameras, with the cell's shadows setting."""
@@ -114,6 +116,7 @@ class CellSim:
         The previous targets (in `ctrl`) stay in force for the arm's `latency` steps, then the new ones act; `ctrl`
         is updated in place to what the drives hold at the end.
         """
+        started = time.perf_counter()
         if self.latency:
             self.physics.set_ctrl(ctrl)
             self.physics.step(self.latency)
@@ -121,6 +124,7 @@ class CellSim:
         ctrl[self.index.hand_act] = hand
         self.physics.set_ctrl(ctrl)
         self.physics.step(substeps - self.latency)
+        self.physics_s += time.perf_counter() - started
 
     # -- appearance --------------------------------------------------------------------------------------------
     def paint_objects(self, active: ObjectCfg | None = None, rgba=None) -> None:

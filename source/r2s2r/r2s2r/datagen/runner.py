@@ -79,6 +79,7 @@ class RunSummary:
     steps: int = 0  # control steps of every attempt's physics in the chunks used
     admitted_steps: int = 0  # control steps of their admitted attempts, written or not: the frames rendered
     plan_s: float = 0.0  # seconds in the behaviour generator over those attempts (planning and per-step actions)
+    physics_s: float = 0.0  # seconds in those attempts' physics (their control periods' mj_step)
     renderer_choice: dict | None = None  # how env.renderer="auto" was decided (renderer_choice.RendererChoice)
     reasons: Counter = field(default_factory=Counter)
     seconds: float = 0.0
@@ -455,6 +456,7 @@ def generate(cfg: GenerateCfg, output: str | os.PathLike, num_workers: int = 1, 
         summary.steps += results[chunk].steps
         summary.admitted_steps += results[chunk].admitted_steps
         summary.plan_s += results[chunk].plan_s
+        summary.physics_s += results[chunk].physics_s
     _merge(cfg, output, shards, n, summary)
     summary.seconds = time.monotonic() - started
     if not keep_shards and summary.trajectories >= want:

@@ -69,6 +69,7 @@ class Attempt:
     attrs: dict | None = None
     steps: int = 0  # control steps the attempt's physics ran
     plan_s: float = 0.0  # seconds in the behaviour generator (its reset, i.e. planning, and its per-step actions)
+    physics_s: float = 0.0  # seconds in the physics of its control periods (0 on Isaac Lab, which does not time it)
 
 
 class Worker:
@@ -99,8 +100,11 @@ class Worker:
 
     def attempt(self, index: int) -> Attempt:
         self._plan_s = 0.0
+        sim = None if self.cfg.isaaclab else self.physics_env.sim
+        physics_before = sim.physics_s if sim else 0.0
         result = self._attempt(index)
-        return dataclasses.replace(result, plan_s=self._plan_s)
+        return dataclasses.replace(result, plan_s=self._plan_s,
+                                   physics_s=sim.physics_s - physics_before if sim else 0.0)
 
     def _plan(self, call: Callable, *args):
         """Call the generator, its time added to the attempt's planning time."""
@@ -181,6 +185,7 @@ class ChunkResult:
     steps: int = 0  # control steps of every attempt's physics (0 in shards written before it was recorded)
     admitted_steps: int = 0  # control steps of the admitted attempts: the frames whose views were rendered
     plan_s: float = 0.0  # seconds in the behaviour generator over every attempt (0 in shards from before)
+    physics_s: float = 0.0  # seconds in every attempt's physics (0 in shards from before)
 
 
 def shard_result(path: Path, chunk: int) -> ChunkResult | None:
@@ -194,7 +199,7 @@ def shard_result(path: Path, chunk: int) -> ChunkResult | None:
         reasons = json.loads(data["shard_reasons"])
         return ChunkResult(chunk, int(data["shard_attempts"]), len(reader), reasons,
                            steps=int(data.get("shard_steps", 0)), plan_s=float(data.get("shard_plan_s", 0.0)),
-                           admitted_steps=reader.total)
+                           physics_s=float(data.get("shard_physics_s", 0.0)), admitted_steps=reader.total)
 
 
 _WORKERS: dict[str, Worker] = {}  # per process: a worker per run config, so environments are built once
@@ -225,6 +230,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         reasons = Counter(json.loads(writer.get_attr("shard_reasons", "{}")))
         steps = int(writer.get_attr("shard_steps", 0))
         plan_s = float(writer.get_attr("shard_plan_s", 0.0))
+        physics_s = float(writer.get_attr("shard_physics_s", 0.0))
         start = int(writer.get_attr("shard_next", spec.attempts.start))
         for index in range(start, spec.attempts.stop):
             result = worker.attempt(index)
@@ -233,9 +239,11 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
             reasons[result.reason] += 1
             steps += result.steps
             plan_s += result.plan_s
+            physics_s += result.physics_s
             writer.set_attr("shard_reasons", json.dumps(dict(reasons)))
             writer.set_attr("shard_steps", steps)
             writer.set_attr("shard_plan_s", plan_s)
+            writer.set_attr("shard_physics_s", physics_s)
             writer.set_attr("shard_next", index + 1)
             if on_attempt is not None:
                 on_attempt(result)
@@ -243,7 +251,7 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         writer.set_attr(SHARD_DONE, True)
         admitted, admitted_steps = writer.num_demos, writer.total
     return ChunkResult(spec.chunk, len(spec.attempts), admitted, dict(reasons), time.monotonic() - started,
-                       f"{socket.gethostname()}:{os.getpid()}", steps=steps, plan_s=plan_s,
+                       f"{socket.gethostname()}:{os.getpid()}", steps=steps, plan_s=plan_s, physics_s=physics_s,
                        admitted_steps=admitted_steps)
 
 
