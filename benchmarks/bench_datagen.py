@@ -110,9 +110,10 @@ def main() -> int:
                    help="cameras recorded (default: all four, generate.py's default; the policy trains on 2)")
     p.add_argument("--image-size", type=int, default=128, help="their height and width (default 128)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2], help="worker counts to run (default 1 2)")
-    p.add_argument("--chunk-size", type=int, default=2,
-                   help="attempts per chunk (default 2: a short run still splits into enough chunks for two "
-                        "workers to share evenly; generate.py's default is 4)")
+    p.add_argument("--chunk-size", type=int, default=1,
+                   help="attempts per chunk (default 1: two workers end a run together to within one attempt; with "
+                        "chunks of 2, a run of 9 chunks has one worker alone for the last, which caps 1 -> 2 workers "
+                        "at 9/5 = 1.8x; generate.py's default is 4, for runs of thousands)")
     p.add_argument("--rounds", type=int, default=1,
                    help="run each generator's worker counts this many times, in alternating order (1 2, then 2 1, "
                         "...): the machine's speed drifts between runs, and alternating spreads it over both counts; "
