@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing import get_context
 from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
@@ -51,9 +52,9 @@ TASKS = {"mimic": "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0",
          "planner": "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"}
 
 
-def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size: int, seconds: float) -> float:
-    """Bare `mujoco.Renderer` on `cameras` at the source sizes and fields of view our renderer uses (as in
-    bench_render.py), without the lens model."""
+def _bare_renderers(model: mujoco.MjModel, cell, cameras: list[str], size: int):
+    """Bare `mujoco.Renderer`s for `cameras` at the source sizes and fields of view our renderer uses (as in
+    bench_render.py), without the lens model: (model, data at the home keyframe, renderer per size, size per camera)."""
     from r2s2r.render import make_renderer
 
     ours = make_renderer("mujoco_gl", model, cell, tuple(cameras), size, size)
@@ -68,6 +69,11 @@ def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size
     data = mujoco.MjData(bare_model)
     mujoco.mj_resetDataKeyframe(bare_model, data, 0)
     mujoco.mj_forward(bare_model, data)
+    return bare_model, data, renderers, sizes
+
+
+def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size: int, seconds: float) -> float:
+    _, data, renderers, sizes = _bare_renderers(model, cell, cameras, size)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for cam in cameras:
@@ -78,6 +84,40 @@ def bare_images_per_second(model: mujoco.MjModel, cell, cameras: list[str], size
     for renderer in renderers.values():
         renderer.close()
     return n / (time.perf_counter() - t0)
+
+
+def _bare_control_steps(cell, cameras: list[str], size: int, substeps: int, seconds: float, start, rates) -> None:
+    """One process of `bare_scaling`: control periods of bare `mj_step` from the home keyframe, each followed by one
+    bare image per camera, for `seconds` after every process has reached `start` (a barrier)."""
+    single_thread_rasteriser()
+    model, data, renderers, sizes = _bare_renderers(build_model(cell), cell, cameras, size)
+    start.wait()
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(substeps):
+            mujoco.mj_step(model, data)
+        for cam in cameras:
+            renderers[sizes[cam]].update_scene(data, cam)
+            renderers[sizes[cam]].render()
+        n += 1
+    rates.put(n / (time.perf_counter() - t0))
+
+
+def bare_scaling(cell, cameras: list[str], size: int, substeps: int, seconds: float) -> float:
+    """What 2 processes of the bare engine (physics, then the cameras' images) do together over what 1 does alone: the
+    machine's own ceiling for generation's 1 -> 2 worker speedup (shared caches, memory and host)."""
+    ctx = get_context("spawn")
+    totals = []
+    for n in (1, 2):
+        start, rates = ctx.Barrier(n), ctx.Queue()
+        procs = [ctx.Process(target=_bare_control_steps, args=(cell, cameras, size, substeps, seconds, start, rates))
+                 for _ in range(n)]
+        for proc in procs:
+            proc.start()
+        totals.append(sum(rates.get() for _ in procs))
+        for proc in procs:
+            proc.join()
+    return totals[1] / totals[0]
 
 
 def run(task: str, trajectories: int, workers: int, source: Path, workdir: Path, cameras: list[str],
@@ -145,6 +185,7 @@ def main() -> int:
     # The bare engine is measured right before and after each run and the two averaged: on a shared machine the
     # load drifts over a run, and a single measurement at the start can be taken in another load than the run.
     rows, before = [], bare_rates()
+    scaling = [bare_scaling(cfg.env.cell, args.cameras, args.image_size, substeps, 10.0)] if 2 in args.workers else []
     with tempfile.TemporaryDirectory() as tmp:
         for name, rnd in itertools.product(args.generators, range(args.rounds)):
             for workers in (args.workers if rnd % 2 == 0 else args.workers[::-1]):
@@ -168,6 +209,8 @@ def main() -> int:
                            bare_steps_at_rest_per_s=round(rest_steps), bare_images_per_s=round(bare_images, 1))
                 rows.append(row)
                 print(row, file=sys.stderr)
+    if scaling:
+        scaling.append(bare_scaling(cfg.env.cell, args.cameras, args.image_size, substeps, 10.0))
     speedups = {}
     if {1, 2} <= set(args.workers):
         for name in args.generators:
@@ -181,7 +224,8 @@ def main() -> int:
     projection = {"trajectories": args.project, "core_hours": round(core_hours, 2) if core_hours else None,
                   "wall_h": {cores: round(core_hours / cores, 2) for cores in (2, 64)} if core_hours else None}
     write_json(args.output, {"cameras": args.cameras, "image_size": args.image_size, "rows": rows,
-                             "speedup_2_workers": speedups, "projection": projection})
+                             "speedup_2_workers": speedups, "bare_engine_2_processes": [round(x, 3) for x in scaling],
+                             "projection": projection})
     print("| generator | round | workers | admitted / attempts | admission | wall s | traj/h/core | bare ratio | "
           "(at rest) | planning / physics | (at rest) | mj_step/s in the run (at rest) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -192,6 +236,9 @@ def main() -> int:
               f"{r['steps_per_s']} ({r['bare_steps_at_rest_per_s']}) |")
     for name, speedup in speedups.items():
         print(f"{name}: 1 -> 2 workers {speedup}x (summed wall times over {args.rounds} round(s))")
+    if scaling:
+        print("bare engine (physics + images), 2 processes over 1, before and after the runs: "
+              + ", ".join(f"{x:.2f}x" for x in scaling))
     if core_hours:
         print(f"{args.project} trajectories (split evenly over {len(args.generators)} generator(s)): {core_hours:.1f} core-hours, "
               f"{core_hours / 2:.1f} h on 2 cores, {60 * core_hours / 64:.0f} min on 64 cores")
