@@ -85,9 +85,11 @@ class Worker:
             from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg, make_cell_task
 
             self.physics_env = self.record_env = make_cell_task(generation_env_cfg(cfg))
+            self._sim = None  # Isaac Lab steps its own physics, untimed here
         else:
             self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
             self.record_env = PickSortEnv(cfg.env) if cfg.env.cameras else self.physics_env
+            self._sim = self.physics_env.sim
         self.generator = generator if generator is not None else make_generator(cfg.generator_name, cfg.generator)
         world = self.physics_env.world
         self.world_attrs = {"world_file": world.path.name if world else "",
@@ -100,11 +102,10 @@ class Worker:
 
     def attempt(self, index: int) -> Attempt:
         self._plan_s = 0.0
-        sim = None if self.cfg.isaaclab else self.physics_env.sim
-        physics_before = sim.physics_s if sim else 0.0
+        physics_before = self._sim.physics_s if self._sim else 0.0
         result = self._attempt(index)
         return dataclasses.replace(result, plan_s=self._plan_s,
-                                   physics_s=sim.physics_s - physics_before if sim else 0.0)
+                                   physics_s=self._sim.physics_s - physics_before if self._sim else 0.0)
 
     def _plan(self, call: Callable, *args):
         """Call the generator, its time added to the attempt's planning time."""
