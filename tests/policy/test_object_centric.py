@@ -461,3 +461,53 @@ def test_a_checkpoint_that_carries_code_is_refused_without_running_it(tmp_path):
     with pytest.raises(CheckpointError, match="cannot be read"):
         load_agent(path)
     assert not marker.exists()
+
+
+def test_the_tracking_diagnostic_trains_on_stored_object_states_and_reads_the_cells_tracking(tmp_path,
+                                                                                              policy_datasets):
+    """perception=tracking: no estimator and no images; the head's inputs are the demos' stored object states
+    (positions relative to the hand, velocity the backward difference), and the deployed agent reads the cell's
+    `tracking` group, which the evaluation protocol hands only to such an agent."""
+    from r2s2r.evaluation.protocol import Trial, run_trials
+
+    datasets = [(policy_datasets["real"], 1.0)]
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", datasets, **{
+        "object_centric.perception": "tracking", "policy.cameras": "[]", "object_centric.hand_shift_fraction": 0.0}))
+    trainer = ObjectCentricTrainer(cfg)
+    assert trainer.datasets[0].images == {}
+    result = trainer.run(progress=False)
+    assert not (tmp_path / "run" / "estimator.pt").exists()
+    d = trainer.datasets[0]
+    raw = trainer.head_inputs[0]
+    np.testing.assert_allclose(raw[:, OFFSET], d.labels[:, POS] - d.proprio[:, EE_POS], atol=1e-5)
+    inside = np.arange(len(d)) != d.demo_start
+    velocity = np.diff(d.labels[:, POS], axis=0, prepend=d.labels[:1, POS]) * cfg.object_centric.control_hz
+    np.testing.assert_allclose(raw[inside, 3:6], velocity[inside], atol=1e-4)
+    assert np.all(raw[~inside, 3:6] == 0.0)
+    # A camera policy's config without cameras is refused, naming the field.
+    with pytest.raises(ConfigError, match="policy.cameras is empty"):
+        compose_train_cfg(oc_overrides(tmp_path / "cam", datasets, **{"policy.cameras": "[]"}))
+
+    agent = load_agent(result.checkpoint)
+    assert agent.uses_tracking and agent.env_overrides["cameras"] == ()
+    cell = TwinCell(**agent.env_overrides)
+    try:
+        obs = cell.reset(seed=10001)
+        with pytest.raises(ValueError, match="no 'tracking' group"):
+            agent.act({"proprio": obs["proprio"], "images": obs["images"]})
+        agent.reset()
+        first = agent.act(obs)
+        # The first step sees the object at rest relative to its previous (none) position: velocity 0; the next
+        # step's velocity is the object's displacement over one control period.
+        np.testing.assert_array_equal(agent.tracked[:3], obs["tracking"]["object_pos"])
+        assert np.all(agent.tracked[3:6] == 0.0)
+        nxt = cell.act(first).obs
+        agent.act(nxt)
+        np.testing.assert_allclose(agent.tracked[3:6], (np.asarray(nxt["tracking"]["object_pos"])
+                                                        - obs["tracking"]["object_pos"]) * cell.control_hz)
+        rows = run_trials(cell, agent, [Trial(0, "nominal", 10001)], tmp_path / "trials.jsonl", progress=False,
+                          max_steps=5)
+        assert rows[0]["failure"] == "max_steps"
+    finally:
+        cell.close()
+    torch.set_num_threads(1)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from r2s2r.behavior import generator_cfg
-from r2s2r.core import ConfigError, apply_overrides
+from r2s2r.core import ConfigError, apply_overrides, check_number
 from r2s2r.isaaclab_tasks import RESIDUAL_TASK
 from r2s2r.isaaclab_tasks import TASKS as ISAACLAB_TASKS
 from r2s2r.tasks import ISAACLAB_GENERATION_WORLDS as GENERATION_WORLDS
@@ -52,6 +52,13 @@ class DatagenCfg:
     conditions: dict[str, float] = field(default_factory=_default_conditions)
     # Give up after this many attempts in all (0: 5 x num_trajectories).
     max_attempts: int = 0
+    # Corrective data, DART-style (Laskey et al., arXiv 1703.09327): the executed grasp-site position is the
+    # generator's command plus a slowly varying offset (an Ornstein-Uhlenbeck process, std per axis x, y, z in m,
+    # correlation time `corrective_tau` s), while the recorded action stays the generator's clean command. A policy
+    # trained on it sees the hand off the generator's path labelled with the way back, which on-path demos never
+    # show. Attempts are admitted on success as ever. All zero: off.
+    corrective_noise: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    corrective_tau: float = 0.5
 
     def validate(self) -> DatagenCfg:
         if self.num_trajectories < 1:
@@ -66,6 +73,8 @@ class DatagenCfg:
             raise ConfigError(f"datagen.conditions = {self.conditions}: expected weights >= 0, not all 0")
         if self.max_attempts < 0:
             raise ConfigError(f"datagen.max_attempts = {self.max_attempts}: expected >= 0 (0: 5 x num_trajectories)")
+        check_number("datagen.corrective_noise", self.corrective_noise, 0, 0.2, unit="m", n=3)
+        check_number("datagen.corrective_tau", self.corrective_tau, 0, 60, lo_open=True, unit="s")
         return self
 
     @property
@@ -93,6 +102,9 @@ class GenerateCfg:
                 "generator": _jsonable(self.generator), "datagen": _jsonable(self.datagen)}
         if self.device is not None:  # only then, so the runs (and shards) of earlier versions still resume
             desc["device"] = self.device
+        if not any(self.datagen.corrective_noise):  # likewise: off, a run is described as before the option
+            for key in ("corrective_noise", "corrective_tau"):
+                desc["datagen"].pop(key)
         return desc
 
     def digest(self) -> str:
@@ -159,6 +171,10 @@ def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int 
     if seed is not None:
         datagen = dataclasses.replace(datagen, seed=seed)
     datagen = apply_overrides(datagen, overrides.get("datagen", {}), "datagen").validate()
+    if any(datagen.corrective_noise) and env.action_mode != "ee_pose":
+        raise ConfigError(f"datagen.corrective_noise = {list(datagen.corrective_noise)}: the offset perturbs the "
+                          f"commanded grasp-site position; expected env.action_mode = 'ee_pose', not "
+                          f"{env.action_mode!r}")
     if hasattr(generator_config, "validate"):
         generator_config.validate()
     env.validate()

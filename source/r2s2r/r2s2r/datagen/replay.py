@@ -1,15 +1,21 @@
-"""The replay check: re-execute a dataset's stored actions from its stored initial states, count the successes."""
+"""The replay check: re-execute a dataset's stored actions from its stored initial states, count the successes.
+
+A dataset generated with corrective noise (`datagen.corrective_noise`) stores the generator's clean commands as its
+actions; the replay adds each attempt's offset again (drawn from the run's seed and the attempt's index), as the
+attempt executed them."""
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from r2s2r.data.hdf5 import DatasetError, DemoReader
+from r2s2r.datagen.worker import attempt_noise
 
 
 @dataclass
@@ -32,7 +38,9 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
     with DemoReader(path, min_demos=1, fields=("initial_state",), attrs=("seed",),
                     purpose="replay restores the initial state and resets the task with the seed") as reader:
         env_args = reader.env_args
-        env = tasks.make(reader.env_name, cameras=(), control_hz=float(env_args.get("control_hz", 20.0)),
+        control_hz = float(env_args.get("control_hz", 20.0))
+        datagen = json.loads(reader.data_attrs().get("generation_config", "{}")).get("datagen", {})
+        env = tasks.make(reader.env_name, cameras=(), control_hz=control_hz,
                          action_mode=env_args.get("action_mode", "ee_pose"))
         try:
             for name in tqdm(reader.names[:limit], desc="replaying", unit="demo", disable=not progress):
@@ -41,8 +49,10 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
                 env.reset(seed=int(attrs["seed"]), options={"condition": attrs.get("condition", "nominal")})
                 env.set_state(demo["initial_state"][0])  # (1, N): one state, with the episode axis
                 info = {"success": False, "failure": "no steps"}
+                noise = attempt_noise(datagen.get("corrective_noise", (0.0,)), datagen.get("corrective_tau", 1.0),
+                                      int(datagen.get("seed", 0)), int(attrs.get("attempt", 0)), control_hz)
                 for action in np.asarray(demo["actions"]):
-                    _, _, terminated, truncated, info = env.step(action)
+                    _, _, terminated, truncated, info = env.step(action if noise is None else noise(action))
                     if terminated or truncated:
                         break
                 report.replayed += 1

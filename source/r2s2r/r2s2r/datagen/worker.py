@@ -58,6 +58,33 @@ def attempt_condition(cfg: GenerateCfg, index: int) -> str:
     return names[rng.choice(len(names), p=weights / weights.sum())]
 
 
+class CorrectiveNoise:
+    """The offset `DatagenCfg.corrective_noise` adds to the executed grasp-site position: an Ornstein-Uhlenbeck
+    process from 0 at the episode's start, std `std` (m, per axis), correlation time `tau` (s), stepped once per
+    control period `dt`."""
+
+    def __init__(self, std: tuple[float, float, float], tau: float, dt: float, rng: np.random.Generator):
+        self.decay = float(np.exp(-dt / tau))
+        self.scale = np.asarray(std, dtype=float) * np.sqrt(1.0 - self.decay**2)
+        self.offset = np.zeros(3)
+        self.rng = rng
+
+    def __call__(self, action: np.ndarray) -> np.ndarray:
+        """The action to execute: `action` (an ee_pose action, position first) with the offset added."""
+        self.offset = self.decay * self.offset + self.scale * self.rng.standard_normal(3)
+        executed = action.copy()
+        executed[:3] += self.offset
+        return executed
+
+
+def attempt_noise(std, tau: float, run_seed: int, index: int, control_hz: float) -> CorrectiveNoise | None:
+    """The corrective offset of attempt `index` of a run (None when `std` is all zero): its own random stream, so
+    the replay check re-executes exactly what the attempt executed."""
+    if not any(std):
+        return None
+    return CorrectiveNoise(tuple(std), tau, 1.0 / control_hz, np.random.default_rng([run_seed, index, 3]))
+
+
 @dataclass
 class Attempt:
     index: int
@@ -127,10 +154,12 @@ class Worker:
         except GenerationError as e:
             return Attempt(index, seed, condition, False, e.reason)
         recorder = EpisodeRecorder()
+        noise = attempt_noise(cfg.datagen.corrective_noise, cfg.datagen.corrective_tau, cfg.datagen.seed, index,
+                              cfg.env.control_hz)
         while True:
             action = np.asarray(self._plan(self.generator, obs), dtype=float)
             recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
-            obs, _, terminated, truncated, info = env.step(action)
+            obs, _, terminated, truncated, info = env.step(action if noise is None else noise(action))
             if terminated or truncated:
                 break
         if not info["success"]:

@@ -95,7 +95,8 @@ class Agent(Protocol):
     """What `run_trials` drives: a policy, or a scripted or human stand-in.
 
     `act` receives the cell's observation without its `tracking` group (proprio and images only) and returns the
-    task's 27-vector action.
+    task's 27-vector action. An agent whose `uses_tracking` attribute is true (a diagnostic that measures a policy
+    without its perception) also receives the `tracking` group.
     """
 
     def reset(self) -> None: ...
@@ -103,9 +104,9 @@ class Agent(Protocol):
     def act(self, obs: dict) -> np.ndarray: ...
 
 
-def agent_observation(obs: dict) -> dict:
-    """The observation a policy may see: everything but the cell's privileged `tracking` group."""
-    return {k: v for k, v in obs.items() if k != "tracking"}
+def agent_observation(obs: dict, tracking: bool = False) -> dict:
+    """The observation a policy may see: everything but the cell's privileged `tracking` group (unless `tracking`)."""
+    return obs if tracking else {k: v for k, v in obs.items() if k != "tracking"}
 
 
 def _check_trials(trials: Iterable[Trial]) -> list[Trial]:
@@ -181,7 +182,7 @@ def _resume(path: Path, trials: list[Trial]) -> dict[int, dict]:
 
 
 def _action(agent: Agent, obs: dict, trial: Trial, step: int) -> np.ndarray:
-    action = np.asarray(agent.act(agent_observation(obs)), dtype=float)
+    action = np.asarray(agent.act(agent_observation(obs, getattr(agent, "uses_tracking", False))), dtype=float)
     # Checked here as well as by the cell: a hardware driver should never be handed a malformed command.
     if action.shape != (ACTION_SIZE,):
         raise ValueError(f"trial {trial.index}, step {step}: agent action has shape {action.shape}: expected "

@@ -111,4 +111,4 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
                                  oc.hidden, oc.dropout)
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path),
-                              action_frame=oc.action_frame)
+                              action_frame=oc.action_frame, perception=oc.perception)

@@ -60,9 +60,6 @@ class PolicyCfg:
         flow_steps 1..1000, image_size multiples of 16 in [16, 512]."""
         if self.kind not in POLICY_KINDS:
             raise ConfigError(f"policy.kind = {self.kind!r}: expected one of {', '.join(POLICY_KINDS)}")
-        if self.kind == "object_centric" and not self.cameras:
-            raise ConfigError("policy.cameras is empty: the object-centric policy estimates the object from "
-                              "cameras[0]")
         if not self.cameras and not self.proprio:
             raise ConfigError("policy: cameras and proprio are both empty; expected at least one observation")
         if len(set(self.cameras)) != len(self.cameras):
@@ -166,6 +163,7 @@ class CotrainCfg:
 
 # What the object-centric head's target positions may be relative to (`object_centric.action_anchor`).
 ACTION_FRAMES = ("hand", "object")
+PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
 
 
 @dataclass(frozen=True)
@@ -204,12 +202,16 @@ class ObjectCentricCfg:
     # the head trains, on this run's data. Separates what more data does for the head from what it does for
     # perception. Empty: the estimator trains here.
     estimator_from: str = ""
+    # Where the head's object state comes from. `camera`: the estimator and tracker on `policy.cameras[0]` (the
+    # product). `tracking`: the cell's own object tracking (the real cell's `tracking` group; the simulator's truth
+    # in simulation), no estimator: a diagnostic that measures the head's closed loop without perception's error.
+    perception: str = "camera"
 
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
         each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame one of ACTION_FRAMES, control_hz in
-        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty."""
+        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -230,6 +232,7 @@ class ObjectCentricCfg:
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,
                 "a checkpoint path, or empty")
+        require(self.perception in PERCEPTIONS, f"{where}.perception", self.perception, " or ".join(PERCEPTIONS))
         return self
 
 
@@ -263,6 +266,10 @@ class TrainCfg:
         self.optim.validate()
         self.cotrain.validate()
         self.object_centric.validate()
+        if (self.policy.kind == "object_centric" and self.object_centric.perception == "camera"
+                and not self.policy.cameras):
+            raise ConfigError("policy.cameras is empty: the object-centric policy estimates the object from "
+                              "cameras[0] (object_centric.perception = 'camera')")
         if not self.data.datasets:
             raise ConfigError("data.datasets is empty: expected at least one dataset {path, weight}")
         for i, d in enumerate(self.data.datasets):

@@ -325,7 +325,7 @@ def object_locator(cfg) -> ObjectLocator:
     """The locator for a training config (`TrainCfg`): the keypoint is read only where it was trained to find the
     object, through the camera geometry it was trained with."""
     oc = cfg.object_centric
-    if not oc.keypoint_weight:
+    if not oc.keypoint_weight or oc.perception == "tracking":
         return ObjectLocator(None)
     h, w = cfg.policy.image_size
     return ObjectLocator(CameraGeometry(oc.keypoint_world, cfg.policy.cameras[0], w, h))
@@ -421,6 +421,38 @@ class BeltTracker:
         return np.concatenate([self.x, np.sqrt(np.diag(self.P)[:3]), self.attributes])
 
 
+# The position std the head is given with `perception=tracking` (the cell's tracking taken as exact).
+TRACKING_STD = 0.002  # m
+
+
+def tracking_label(tracking: dict) -> np.ndarray:
+    """(11,) estimator-layout label (`frame_labels`) of one observation's `tracking` group: object position, grasp-yaw
+    features, half extents, bin position."""
+    extents = np.asarray(tracking["object_half_extents"], dtype=float)
+    yaw = grasp_yaw(np.asarray(tracking["object_quat"], dtype=float), extents)
+    return np.concatenate([np.asarray(tracking["object_pos"], dtype=float), [np.cos(2 * yaw), np.sin(2 * yaw)],
+                           extents, np.asarray(tracking["target_bin_pos"], dtype=float)])
+
+
+class ExactTracker:
+    """`BeltTracker`'s stand-in with `perception=tracking`: the cell's object state taken as exact, in the
+    tracker's layout; the velocity a backward difference over one control period (0 at an episode's first step),
+    the same in training (from the demos' stored poses) and at deployment."""
+
+    def __init__(self, dt: float):
+        self.dt = dt
+        self.previous: np.ndarray | None = None
+
+    def reset(self) -> None:
+        self.previous = None
+
+    def update(self, label: np.ndarray) -> np.ndarray:
+        pos = np.asarray(label[POS], dtype=float)
+        vel = np.zeros(3) if self.previous is None else (pos - self.previous) / self.dt
+        self.previous = pos.copy()
+        return np.concatenate([pos, vel, np.full(3, TRACKING_STD), label[YAW], label[SIZE], label[BIN]])
+
+
 def head_input(tracked: np.ndarray, ee_pos: np.ndarray, proprio: np.ndarray) -> np.ndarray:
     """(…, STATE_DIM + P): the tracked state with positions made relative to the hand, the near-field offset
     (see NEAR_FIELD), then the head's proprio."""
@@ -489,7 +521,8 @@ class ObjectCentricAgent:
     `action_frame`'s anchor."""
 
     def __init__(self, policy: ObjectCentricPolicy, cfg, locator: ObjectLocator, control_hz: float,
-                 name: str = "policy", threads: int | None = 1, action_frame: str = "hand"):
+                 name: str = "policy", threads: int | None = 1, action_frame: str = "hand",
+                 perception: str = "camera"):
         if threads:
             torch.set_num_threads(threads)
         self.policy = policy.eval()
@@ -497,7 +530,9 @@ class ObjectCentricAgent:
         self.locator = locator
         self.name = name
         self.action_frame = action_frame
-        self.tracker = BeltTracker(1.0 / control_hz)
+        # With `perception=tracking` the agent reads the cell's `tracking` group (a diagnostic; see ObjectCentricCfg).
+        self.uses_tracking = perception == "tracking"
+        self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else BeltTracker(1.0 / control_hz)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
         self.queue: list[np.ndarray] = []
 
@@ -511,18 +546,26 @@ class ObjectCentricAgent:
         self.queue.clear()
 
     def act(self, obs: dict) -> np.ndarray:
-        frame = obs.get("images", {}).get(self.cfg.cameras[0])
-        if frame is None or frame.shape[:2] != tuple(self.cfg.image_size):
-            raise ValueError(f"{self.name}: the policy observes camera {self.cfg.cameras[0]!r} at "
-                             f"{list(self.cfg.image_size)} pixels; the observation has "
-                             f"{ {k: list(v.shape[:2]) for k, v in obs.get('images', {}).items()} }")
         missing = [k for k in HEAD_PROPRIO if k not in obs["proprio"]]
         if missing:
             raise ValueError(f"{self.name}: the observation's proprio lacks {missing}; the policy needs "
                              f"{list(HEAD_PROPRIO)}")
         proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
-        mean, var = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]), proprio[None, EE_POSE])
-        self.tracked = tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]))
+        if self.uses_tracking:
+            if "tracking" not in obs:
+                raise ValueError(f"{self.name}: the policy reads the cell's object tracking "
+                                 "(object_centric.perception = 'tracking'); the observation has no 'tracking' group")
+            tracked = self.tracker.update(tracking_label(obs["tracking"]))
+        else:
+            frame = obs.get("images", {}).get(self.cfg.cameras[0])
+            if frame is None or frame.shape[:2] != tuple(self.cfg.image_size):
+                raise ValueError(f"{self.name}: the policy observes camera {self.cfg.cameras[0]!r} at "
+                                 f"{list(self.cfg.image_size)} pixels; the observation has "
+                                 f"{ {k: list(v.shape[:2]) for k, v in obs.get('images', {}).items()} }")
+            mean, var = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]),
+                                     proprio[None, EE_POSE])
+            tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]))
+        self.tracked = tracked
         if not self.queue:
             ee = proprio[EE_POS]
             chunk = self.policy.act_chunk(head_input(tracked, ee, proprio)[None])[0]

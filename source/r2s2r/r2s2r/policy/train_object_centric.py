@@ -5,6 +5,9 @@
 2. the tracker run over every demo with the trained estimator, exactly as at deployment, then the action head on
    the tracked states (L1 on normalized, hand-relative action chunks).
 
+With `object_centric.perception=tracking` there is no stage 1: the head trains on the demos' stored object states
+through `ExactTracker`, as it reads the cell's tracking at deployment, and no images are loaded.
+
 Run folder: `config.yaml`, `estimator.pt`, `log.jsonl` (loss per `log_every` steps of either stage),
 `perception.json` (the estimator's error on held-out demos, with `object_centric.holdout_demos`), and `policy.pt`
 when finished. A finished run is left as it is; a run folder holds one config. With
@@ -30,7 +33,8 @@ from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ObjectCentricPolicy,
+                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ExactTracker,
+                                         ObjectCentricPolicy,
                                          ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
                                          keypoint_loss, near_field, object_locator, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
@@ -166,7 +170,7 @@ class ObjectCentricTrainer:
         oc = cfg.object_centric
         if oc.holdout_demos:
             self.datasets[0], self.holdout = _split_holdout(self.datasets[0], oc.holdout_demos)
-        self.camera = cfg.policy.cameras[0]
+        self.camera = cfg.policy.cameras[0] if cfg.policy.cameras else ""
         torch.manual_seed(cfg.seed)
         self.rng = np.random.default_rng(cfg.seed)
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -261,7 +265,16 @@ class ObjectCentricTrainer:
 
     def tracked(self, d: LoadedDataset) -> np.ndarray:
         """The tracker's state at every step of every demo of `d` (as deployed)."""
-        return track(d, *measure(self.model, self.locator, self.camera, d)[:2], self.cfg.object_centric.control_hz)
+        oc = self.cfg.object_centric
+        if oc.perception == "camera":
+            return track(d, *measure(self.model, self.locator, self.camera, d)[:2], oc.control_hz)
+        tracker = ExactTracker(1.0 / oc.control_hz)
+        out = np.zeros((len(d), TRACKED_DIM))
+        for t in range(len(d)):
+            if t == d.demo_start[t]:
+                tracker.reset()
+            out[t] = tracker.update(d.labels[t])
+        return out
 
     def prepare_head(self) -> None:
         """The head's training data: the tracker run over every demo (as deployed), action chunks relative to the
@@ -346,16 +359,9 @@ class ObjectCentricTrainer:
             raise CheckpointError(f"{path}: its estimator does not fit this run's ({' '.join(str(e).split())[:300]})")
         self.model.estimator.eval()
 
-    def run(self, progress: bool = True) -> TrainResult:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
-        stored = {p: load_checkpoint(p) for p in (final, stage1) if p.exists()}
-        for path, ignored in ((final, ()), (stage1, HEAD_ONLY_FIELDS)):
-            if path in stored:
-                refuse_other_run(path, stored[path]["cfg"], cfg_dict(self.cfg), ignored)
-        if final.exists():
-            return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
-        write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
+    def _prepare_estimator(self, stage1: Path, stored: dict, progress: bool) -> int:
+        """Stage 1: the estimator loaded (from `estimator_from` or an interrupted run's `estimator.pt`) or trained,
+        and its error on the held-out demos; returns the estimator steps a resume skipped."""
         resumed = 0
         if self.estimator_source is not None:
             self._load_estimator(self.cfg.object_centric.estimator_from, self.estimator_source)
@@ -369,6 +375,21 @@ class ObjectCentricTrainer:
             report = perception_report(self.model, self.locator, self.camera, self.holdout,
                                        self.cfg.object_centric.control_hz)
             write_text_atomic(self.run_dir / "perception.json", json.dumps(report, indent=2))
+        return resumed
+
+    def run(self, progress: bool = True) -> TrainResult:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        final, stage1 = self.run_dir / "policy.pt", self.run_dir / "estimator.pt"
+        stored = {p: load_checkpoint(p) for p in (final, stage1) if p.exists()}
+        for path, ignored in ((final, ()), (stage1, HEAD_ONLY_FIELDS)):
+            if path in stored:
+                refuse_other_run(path, stored[path]["cfg"], cfg_dict(self.cfg), ignored)
+        if final.exists():
+            return TrainResult(final, self.cfg.steps, float("nan"), 0.0, self.cfg.steps)
+        write_text_atomic(self.run_dir / "config.yaml", yaml.safe_dump(cfg_dict(self.cfg), sort_keys=False))
+        resumed = 0
+        if self.cfg.object_centric.perception == "camera":  # with `tracking` there is no estimator
+            resumed = self._prepare_estimator(stage1, stored, progress)
         start = time.perf_counter()
         loss = self.train_head(progress)
         speed = self.cfg.steps * self.cfg.object_centric.head_batch / (time.perf_counter() - start)
