@@ -34,5 +34,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/pip install -q --no-deps datasets==4.1.1 lerobot-dataset==0.4.4
   # robomimic, the second consumer of our demo files (requirements.txt says why without its dependencies).
   .venv/bin/pip install -q --no-deps robomimic==0.3.0
+  # openpi's websocket client, the deployment convention scripts/serve_policy.py speaks (requirements.txt says why
+  # without its dependencies).
+  .venv/bin/pip install -q --no-deps openpi-client==0.1.2
   echo "$want" > "$stamp"
 fi
