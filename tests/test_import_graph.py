@@ -21,9 +21,11 @@ ENGINES = ("mujoco", "mujoco_warp", "warp", "torch", "pxr", "r2s2r.physics", "r2
 NEVERS = [
     ("r2s2r.core", ("r2s2r",), "the base layer imports nothing of ours", True),
     ("r2s2r.cell.spec", ENGINES, "the cell spec is plain data: no engine", True),
-    ("r2s2r.behavior", ("r2s2r.render",), "generators speak poses, not pixels", False),
+    ("r2s2r.cell", ("r2s2r.physics", "r2s2r.render"), "engines build the cell, not the other way round", True),
+    ("r2s2r.behavior", ("r2s2r.render",), "generators speak poses, not pixels", True),
     ("r2s2r.physics", ("r2s2r.tasks",), "physics knows no task", True),
-    ("r2s2r.data", ("r2s2r.policy", "r2s2r.behavior"), "the data layer knows no model or generator", True),
+    ("r2s2r.data", ("r2s2r.policy", "r2s2r.behavior", "r2s2r.tasks"),
+     "the data layer knows no model, generator or task registry", True),
     ("r2s2r.calibration", ("r2s2r.real.twin", "r2s2r.real.truths"), "calibration never reads the truth", True),
 ]
 
@@ -32,6 +34,19 @@ class Import(NamedTuple):
     importer: str
     line: int
     target: str  # the r2s2r module imported, or an external dotted name
+    # Under `if TYPE_CHECKING:`: a rule still sees it in its importer, but loads nothing at run time, so the
+    # transitive walk does not go on through it (an annotation naming the task's environment does not render).
+    typing_only: bool = False
+
+
+def typing_only_lines(tree: ast.AST) -> set[int]:
+    """The lines of the statements inside `if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`) blocks."""
+    lines = set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            for body in n.body:
+                lines.update(range(body.lineno, (body.end_lineno or body.lineno) + 1))
+    return lines
 
 
 def within(name: str, prefix: str) -> bool:
@@ -55,15 +70,18 @@ def read_imports(package: Path) -> list[Import]:
     for path in paths:
         name = names[path]
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = typing_only_lines(tree)
+        for n in ast.walk(tree):
             if isinstance(n, ast.Import):
-                out += [Import(name, n.lineno, a.name) for a in n.names]
+                out += [Import(name, n.lineno, a.name, n.lineno in typing_only) for a in n.names]
             elif isinstance(n, ast.ImportFrom):
                 base = n.module
                 if n.level:  # relative: from the package this module is in, n.level - 1 packages up
                     base = ".".join(here[: len(here) - n.level + 1] + ([n.module] if n.module else []))
                 for a in n.names:  # `from pkg import mod` imports the submodule, `from mod import x` the module
-                    out.append(Import(name, n.lineno, f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base))
+                    target = f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                    out.append(Import(name, n.lineno, target, n.lineno in typing_only))
     return sorted(set(out))  # one per module imported on a line, however many of its names
 
 
@@ -133,7 +151,7 @@ def violations(imports: list[Import], importers: str, forbidden: tuple[str, ...]
                 chain = chains[module] + [imp]
                 if any(within(imp.target, f) for f in forbidden):
                     out.append(" -> ".join(f"{i.importer}:{i.line} imports {i.target}" for i in chain))
-                elif transitive and imp.target in by_module and imp.target not in chains:
+                elif transitive and not imp.typing_only and imp.target in by_module and imp.target not in chains:
                     chains[imp.target] = chain
                     todo.append(imp.target)
     return out
@@ -182,3 +200,21 @@ def test_lazy_and_relative_imports_count(tmp_path):
     assert Import("pkg.x.m", 2, "pkg.y.n") in imports and Import("pkg.y.n", 1, "pkg.x.m") in imports
     assert cyclic_groups(node_graph(package_edges(imports))) == [{"pkg.x", "pkg.y"}]
     assert violations(imports, "pkg.x", ("pkg.y",), False) == ["pkg.x.m:2 imports pkg.y.n"]
+
+
+def test_the_transitive_walk_follows_lazy_imports_and_stops_at_typing_only_ones(tmp_path):
+    root = tmp_path / "pkg"
+    for folder in (root, root / "a", root / "b", root / "c"):
+        folder.mkdir()
+        (folder / "__init__.py").write_text("")
+    (root / "a" / "lazy.py").write_text("def f():\n    from pkg.b import mid\n")
+    (root / "a" / "typed.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import mid\n")
+    (root / "b" / "mid.py").write_text("def g():\n    import pkg.c.bottom\n")
+    (root / "c" / "bottom.py").write_text("")
+    imports = read_imports(root)
+    assert Import("pkg.a.typed", 3, "pkg.b.mid", True) in imports
+    found = violations(imports, "pkg.a", ("pkg.c",), True)
+    assert found == ["pkg.a.lazy:2 imports pkg.b.mid -> pkg.b.mid:2 imports pkg.c.bottom"]
+    # A typing-only import of a forbidden module itself is still an arrow.
+    assert violations(imports, "pkg.a", ("pkg.b",), True) == ["pkg.a.lazy:2 imports pkg.b.mid",
+                                                              "pkg.a.typed:3 imports pkg.b.mid"]

@@ -22,6 +22,15 @@ def test_the_four_grounding_variants_are_registered():
         assert t == f"R2S2R-PickSort-World{world}-Behavior{behaviour}-v0"
 
 
+def test_the_task_names_datasets_may_carry_are_the_registered_ones():
+    """The data layer checks a file's task against `r2s2r.task_ids` without importing the registry."""
+    from r2s2r.isaaclab_tasks import TASKS as ISAACLAB_TASKS
+    from r2s2r.task_ids import DATASET_TASKS
+
+    assert sorted(DATASET_TASKS) == sorted([*IDS, *tasks.ISAACLAB_GENERATION_WORLDS])
+    assert set(tasks.ISAACLAB_GENERATION_WORLDS) <= set(ISAACLAB_TASKS)
+
+
 @pytest.mark.parametrize("task_id", IDS)
 def test_every_task_has_the_same_spaces_and_its_world_loads(task_id):
     reference = tasks.make("R2S2R-PickSort-v0", cameras=("head_left",), image_size=(8, 8))

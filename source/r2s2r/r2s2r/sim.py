@@ -11,46 +11,15 @@ physics does not depend on them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
-from r2s2r.cell.mjcf import arm_joint_names, belt_periodic, build_model, hand_joint_names, object_body_name
+from r2s2r.cell.mjcf import CellIndex, belt_periodic, build_model, object_body_name
 from r2s2r.cell.spec import BeltCfg, CellCfg, LightingCfg, ObjectCfg
 from r2s2r.physics import make_physics
 
 PARKED_RGBA = (0.8, 0.8, 0.8, 1.0)  # every object but the episode's is a clean grey
-
-
-@dataclass(frozen=True)
-class CellIndex:
-    """Where the right arm, hand, belt and grasp site live in a cell's compiled model (indices into its arrays)."""
-
-    arm_act: np.ndarray  # (7,) actuator ids
-    hand_act: np.ndarray  # (20,)
-    arm_qadr: np.ndarray  # (7,) qpos addresses
-    hand_qadr: np.ndarray  # (20,)
-    arm_dadr: np.ndarray  # (7,) dof addresses
-    hand_dadr: np.ndarray  # (20,)
-    belt_act: int
-    belt_dof: int
-    grasp_site: int
-    robot_bodies: np.ndarray  # (nbody,) bool: the right arm's subtree (arm and hand)
-
-    @classmethod
-    def of(cls, model: mujoco.MjModel) -> CellIndex:
-        arm, hand = arm_joint_names("right"), hand_joint_names("right")
-        ids = lambda names, f: np.array([f(n) for n in names])  # noqa: E731
-        return cls(
-            arm_act=ids(arm, lambda n: model.actuator(n).id), hand_act=ids(hand, lambda n: model.actuator(n).id),
-            arm_qadr=ids(arm, lambda n: model.joint(n).qposadr[0]),
-            hand_qadr=ids(hand, lambda n: model.joint(n).qposadr[0]),
-            arm_dadr=ids(arm, lambda n: model.joint(n).dofadr[0]),
-            hand_dadr=ids(hand, lambda n: model.joint(n).dofadr[0]),
-            belt_act=model.actuator("belt_drive").id, belt_dof=int(model.joint("belt_slide").dofadr[0]),
-            grasp_site=model.site("right_grasp").id,
-            robot_bodies=model.body_rootid == model.body("right_base").id)
 
 
 def delayed(targets: np.ndarray, latency: int) -> np.ndarray:

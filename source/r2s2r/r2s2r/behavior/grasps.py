@@ -30,9 +30,8 @@ import mujoco
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
-from r2s2r.cell.mjcf import FINGERS, object_body_name
+from r2s2r.cell.mjcf import FINGERS, CellIndex, object_body_name
 from r2s2r.cell.spec import ObjectCfg
-from r2s2r.sim import CellIndex
 from r2s2r.control.grasp import GRASP_ROT, HAND_CLOSED, HAND_OPEN
 from r2s2r.files import atomic_path, cache_dir
 from r2s2r.geometry import rpy_to_mat

@@ -26,10 +26,9 @@ from scipy.optimize import least_squares
 
 from r2s2r.calibration import CalibrationError
 from r2s2r.cell import robots
-from r2s2r.cell.mjcf import ROBOT, arm_joint_names, build_model
+from r2s2r.cell.mjcf import ROBOT, CellIndex, arm_joint_names, build_model
 from r2s2r.cell.spec import ARM_DOF, CellCfg
 from r2s2r.geometry import quat_to_mat
-from r2s2r.sim import CellIndex
 
 SIDE = "right"
 # Distance kept from each joint limit when sampling configurations (rad).

@@ -12,6 +12,7 @@ geoms do not collide with each other (adjacent links overlap by construction, as
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import mujoco
 import numpy as np
@@ -20,7 +21,6 @@ from r2s2r.cell import robots
 from r2s2r.cell.spec import BOARD_CARD_DEPTH, ArmCfg, BinCfg, BoardCfg, CellCfg, ObjectCfg
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
-from r2s2r.physics.base import PeriodicJoint
 
 STATIC, OBJECT, ROBOT = 1, 2, 4
 SIDES = ("right", "left")
@@ -363,6 +363,44 @@ def build_model(cell: CellCfg) -> mujoco.MjModel:
     return spec.compile()
 
 
+@dataclass(frozen=True)
+class PeriodicJoint:
+    """A slide joint whose position the physics wraps into [-period/2, period/2) after every step (the belt)."""
+
+    qpos_adr: int
+    period: float
+
+
 def belt_periodic(model: mujoco.MjModel, cell: CellCfg) -> PeriodicJoint:
     """The belt's slide joint wraps by one slat pitch, so it runs forever and its seams look continuous."""
     return PeriodicJoint(int(model.joint("belt_slide").qposadr[0]), cell.belt.slat_pitch)
+
+
+@dataclass(frozen=True)
+class CellIndex:
+    """Where the right arm, hand, belt and grasp site live in a cell's compiled model (indices into its arrays)."""
+
+    arm_act: np.ndarray  # (7,) actuator ids
+    hand_act: np.ndarray  # (20,)
+    arm_qadr: np.ndarray  # (7,) qpos addresses
+    hand_qadr: np.ndarray  # (20,)
+    arm_dadr: np.ndarray  # (7,) dof addresses
+    hand_dadr: np.ndarray  # (20,)
+    belt_act: int
+    belt_dof: int
+    grasp_site: int
+    robot_bodies: np.ndarray  # (nbody,) bool: the right arm's subtree (arm and hand)
+
+    @classmethod
+    def of(cls, model: mujoco.MjModel) -> CellIndex:
+        arm, hand = arm_joint_names("right"), hand_joint_names("right")
+        ids = lambda names, f: np.array([f(n) for n in names])  # noqa: E731
+        return cls(
+            arm_act=ids(arm, lambda n: model.actuator(n).id), hand_act=ids(hand, lambda n: model.actuator(n).id),
+            arm_qadr=ids(arm, lambda n: model.joint(n).qposadr[0]),
+            hand_qadr=ids(hand, lambda n: model.joint(n).qposadr[0]),
+            arm_dadr=ids(arm, lambda n: model.joint(n).dofadr[0]),
+            hand_dadr=ids(hand, lambda n: model.joint(n).dofadr[0]),
+            belt_act=model.actuator("belt_drive").id, belt_dof=int(model.joint("belt_slide").dofadr[0]),
+            grasp_site=model.site("right_grasp").id,
+            robot_bodies=model.body_rootid == model.body("right_base").id)

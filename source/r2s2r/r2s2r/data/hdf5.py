@@ -63,6 +63,7 @@ import numpy as np
 
 from r2s2r.data.datagen_info import LEGACY_FIELDS, POSE_GROUPS, upgrade_field
 from r2s2r.files import atomic_path
+from r2s2r.task_ids import DATASET_TASKS
 
 FORMAT_VERSION = 2
 ACTION_DIM = 27
@@ -637,7 +638,7 @@ class DemoReader:
             raise DatasetError(f"{path}: data.attrs['env_args'] env_kwargs = {_short(env_args['env_kwargs'])}: "
                                f"expected a JSON object")
         self.env_args = _flat_env_args(env_args)
-        known = tuple(tasks) if tasks is not None else _known_tasks()
+        known = tuple(tasks) if tasks is not None else DATASET_TASKS
         name = env_args.get("env_name")
         if name not in known:
             raise DatasetError(f"{path}: data.attrs['env_args'] env_name = {name!r}: unknown task ID; expected one "
@@ -908,12 +909,6 @@ def upgrade_dataset(source: str | os.PathLike, output: str | os.PathLike | None 
         count = len(reader)
     writer.close()  # after the reader has let go of `source`, which an upgrade in place replaces
     return count
-
-
-def _known_tasks() -> tuple[str, ...]:
-    from r2s2r.tasks import ISAACLAB_GENERATION_WORLDS, TASKS
-
-    return (*TASKS, *ISAACLAB_GENERATION_WORLDS)
 
 
 def _h5_reason(e: BaseException) -> str:

@@ -25,6 +25,7 @@ import numpy as np
 
 from r2s2r.data.hdf5 import DatasetError, DemoReader
 from r2s2r.files import OutputError, check_output_dir
+from r2s2r.task_ids import REAL_TASK
 
 EPISODE_ATTRS = ("seed", "success", "condition", "object", "colour", "belt_speed")
 IMAGE_PREFIX = "observation.images."
@@ -123,8 +124,6 @@ def export_lerobot(source: str | os.PathLike, output: str | os.PathLike, *, over
     if vcodec not in VIDEO_CODECS:
         raise OutputError(f"vcodec = {vcodec!r}: expected one of {', '.join(VIDEO_CODECS)}")
     LeRobotDataset = lerobot_dataset_class()
-    from r2s2r.tasks import REAL_TASK
-
     with DemoReader(source, min_demos=1, purpose="a LeRobot dataset needs at least one episode") as reader:
         fps = _fps(reader)
         first = reader.load(reader.names[0])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import mujoco
 
 from r2s2r.core import ConfigError
-from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
+from r2s2r.cell.mjcf import PeriodicJoint
+from r2s2r.physics.base import PhysicsBackend
 
 BACKENDS = ("mujoco", "mujoco_warp")
 

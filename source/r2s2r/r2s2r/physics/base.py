@@ -8,21 +8,14 @@ and kinematic queries read, so nothing downstream branches on the backend.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import mujoco
 import numpy as np
 
+from r2s2r.cell.mjcf import PeriodicJoint
+
 # The `MjData` fields that make up a world's state as `host_data` exposes it for writing (see there).
 STATE_FIELDS = ("qpos", "qvel", "ctrl", "act", "mocap_pos", "mocap_quat")
-
-
-@dataclass(frozen=True)
-class PeriodicJoint:
-    """A slide joint whose position is wrapped into [-period/2, period/2) after every step (the belt)."""
-
-    qpos_adr: int
-    period: float
 
 
 class PhysicsBackend(ABC):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 
-from r2s2r.physics.base import PeriodicJoint, PhysicsBackend
+from r2s2r.cell.mjcf import PeriodicJoint
+from r2s2r.physics.base import PhysicsBackend
 
 # Warnings that mean the solution can no longer be trusted (see mjtWarning).
 _FATAL_WARNINGS = [int(w) for w in (mujoco.mjtWarning.mjWARN_BADQACC, mujoco.mjtWarning.mjWARN_BADQPOS,

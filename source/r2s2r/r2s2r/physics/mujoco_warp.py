@@ -13,7 +13,8 @@ import mujoco_warp as mjw
 import numpy as np
 import warp as wp
 
-from r2s2r.physics.base import STATE_FIELDS, PeriodicJoint, PhysicsBackend
+from r2s2r.cell.mjcf import PeriodicJoint
+from r2s2r.physics.base import STATE_FIELDS, PhysicsBackend
 
 # Contact and constraint buffers. The cell has about 30 contacts per world at rest (ten objects on the floor or
 # belt) and up to ~60 while a hand grasps, so 128 contacts per world leaves 2x headroom. MJWarp pools contacts

@@ -8,15 +8,9 @@ import gymnasium as gym
 
 from r2s2r.core import ConfigError
 
+from r2s2r.task_ids import DESIGN_TASK, GROUNDING_VARIANTS, ISAACLAB_GENERATION_WORLDS, REAL_TASK
+
 PICK_SORT = "r2s2r.tasks.pick_sort.env:PickSortEnv"
-REAL_TASK = "R2S2R-PickSort-Real-v0"  # the reality twin: the real side, whose datasets count as real data
-# The cell's Isaac Lab task IDs that data is generated in (scripts/generate.py --generator mimic|planner), by world;
-# `r2s2r.isaaclab_tasks` registers them for Isaac Lab, and a dataset generated there names one as its task. The
-# twin's Isaac Lab task is the real side, so, like REAL_TASK, no data is generated in it.
-ISAACLAB_GENERATION_WORLDS = {
-    "Isaac-R2S2R-PickSort-Grounded-v0": "grounded",
-    "Isaac-R2S2R-PickSort-Ungrounded-v0": "ungrounded",
-}
 
 
 @dataclass(frozen=True)
@@ -36,17 +30,14 @@ def _grounding_variant(world: str, generator: str) -> TaskSpec:
 
 
 TASKS: dict[str, TaskSpec] = {
-    "R2S2R-PickSort-v0": TaskSpec(
+    DESIGN_TASK: TaskSpec(
         "Conveyor pick-and-sort on the design (nominal) cell: pick the object off the moving belt, place it in the "
         "bin of its colour."),
     REAL_TASK: TaskSpec(
         "The reality twin: the same task on the cell's true parameters (configs/world/reality.yaml, or "
         "R2S2R_REALITY_FILE / reality=...), with its residual visual gap.",
         entry_point="r2s2r.real.twin:make_twin_env"),
-    "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0": _grounding_variant("grounded", "mimic"),
-    "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0": _grounding_variant("grounded", "planner"),
-    "R2S2R-PickSort-WorldUngrounded-BehaviorGrounded-v0": _grounding_variant("ungrounded", "mimic"),
-    "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0": _grounding_variant("ungrounded", "planner"),
+    **{task_id: _grounding_variant(*variant) for task_id, variant in GROUNDING_VARIANTS.items()},
 }
 
 for _task_id, _spec in TASKS.items():
