@@ -4,6 +4,7 @@ before the work that produces them."""
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,7 +62,7 @@ def check_output_dir(path: str | os.PathLike, what: str = "output") -> Path:
     if path.exists() and not path.is_dir():
         raise OutputError(f"{what} = {str(path)!r}: is a file; expected a folder (or a path to create one at)")
     if path.is_dir():
-        if not os.access(path, os.W_OK | os.X_OK):
+        if not _can_create_in(path):
             raise OutputError(f"{what} = {str(path)!r}: the folder is not writable; expected a writable folder")
         return path
     _check_ancestor(path, what)
@@ -75,6 +76,18 @@ def _check_ancestor(path: Path, what: str) -> None:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
         raise OutputError(f"{what} = {str(path)!r}: {str(ancestor)!r} is a file; expected a folder on the way")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
+    if not _can_create_in(ancestor):
         raise OutputError(f"{what} = {str(path)!r}: folder {str(ancestor)!r} is not writable; expected a writable "
                           f"location")
+
+
+def _can_create_in(folder: Path) -> bool:
+    """Whether a file can be created in `folder`, found by creating (and removing) one: `os.access` answers yes for
+    root even where the file system refuses every new file (/proc, a read-only mount)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".r2s2r-write-check-", dir=folder)
+    except OSError:
+        return False
+    os.close(fd)
+    os.unlink(name)
+    return True

@@ -1,0 +1,45 @@
+"""Output paths checked before the work: a path that cannot be written is refused up front, naming it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from r2s2r.files import OutputError, check_output_dir, check_output_file
+
+
+@pytest.mark.parametrize("check", [check_output_file, check_output_dir])
+def test_a_location_the_file_system_refuses_is_refused_even_for_root(check):
+    # /proc accepts no new files; os.access says it is writable for root.
+    with pytest.raises(OutputError, match=r"output = '/proc/r2s2r/out': folder '/proc' is not writable"):
+        check("/proc/r2s2r/out")
+
+
+def test_writable_locations_pass_and_nothing_is_left_behind(tmp_path):
+    assert check_output_file(tmp_path / "a" / "b.hdf5") == tmp_path / "a" / "b.hdf5"
+    assert check_output_dir(tmp_path) == tmp_path
+    assert check_output_dir(tmp_path / "new") == tmp_path / "new"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_folder_is_refused(tmp_path):
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.geteuid() == 0:  # root writes into a mode-555 folder; the check must agree with what really happens
+            assert check_output_dir(folder) == folder
+        else:
+            with pytest.raises(OutputError, match="not writable"):
+                check_output_dir(folder)
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_script_refuses_an_uncreatable_output_before_any_work():
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "collect_real.py"), "--num-demos", "1",
+                             "--output", "/proc/r2s2r/real.hdf5"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "/proc" in result.stderr and "not writable" in result.stderr and "Traceback" not in result.stderr
