@@ -206,6 +206,10 @@ class ObjectCentricCfg:
     # product). `tracking`: the cell's own object tracking (the real cell's `tracking` group; the simulator's truth
     # in simulation), no estimator: a diagnostic that measures the head's closed loop without perception's error.
     perception: str = "camera"
+    # The located object's height on the belt: the belt's top plus the estimated half height (see
+    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off in checkpoints from before it
+    # existed (so they play as they were measured); on in configs/train/config.yaml.
+    height_from_size: bool = False
 
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
@@ -232,6 +236,8 @@ class ObjectCentricCfg:
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,
                 "a checkpoint path, or empty")
+        require(isinstance(self.height_from_size, bool), f"{where}.height_from_size", self.height_from_size,
+                "true or false")
         require(self.perception in PERCEPTIONS, f"{where}.perception", self.perception, " or ".join(PERCEPTIONS))
         return self
 

@@ -97,7 +97,7 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
     grasp window (the last second before the object first rises 2 cm off where it rode).
 
     `bias` gives the signed medians (estimate minus truth, cm) along the belt (x), across it (y) and, for the
-    regression, in height (z): an error that keeps its sign from frame to frame survives the tracker's averaging,
+    measurement (the height the locator used) and the regression, in height (z): an error that keeps its sign from frame to frame survives the tracker's averaging,
     and through an oblique camera a height error becomes one across the belt. `by_object` gives the same for the
     grasp window per object, where a per-object bias shows."""
     mean, var, regressed = measure(model, locator, camera, d)
@@ -113,7 +113,7 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
             window[max(s, s + lifted[0] - int(control_hz)):s + lifted[0]] = True
     measured = var.max(axis=1) < BLIND_VAR
     # Estimate minus truth (cm) per axis: x, y (and the regression's z).
-    signed = {"measurement": 100 * (mean[:, :2] - truth[:, :2]), "regression": 100 * (regressed - truth),
+    signed = {"measurement": 100 * (mean[:, :3] - truth), "regression": 100 * (regressed - truth),
               "tracker": 100 * (state[:, :2] - truth[:, :2])}
     errors = {f"{name}_xy": np.linalg.norm(err[:, :2], axis=1) for name, err in signed.items()}
     errors["tracker_across_belt"] = np.abs(signed["tracker"][:, 1])
