@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from r2s2r import cli
 from r2s2r.data.hdf5 import FORMAT_VERSION, DatasetError, upgrade_dataset
 
 
@@ -20,12 +21,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         epilog="Every demo is read and checked (r2s2r.data.hdf5.DemoReader), converted (datagen_info poses to "
         "(T, 4, 4) matrices per end-effector and object, initial_state to (1, N), env settings under "
         "env_args['env_kwargs']) and written with next_obs, rewards, dones and the train/valid masks. The new file "
-        "is written to OUTPUT.partial and renamed to OUTPUT only when complete, so an interrupted run leaves the "
-        "source as it was; rerun it. A file already at the current version is left alone when converted in place. "
-        "Exit status 2: missing or malformed dataset.")
+        "is written to OUTPUT.partial and renamed to OUTPUT only when complete, so a failed or interrupted run "
+        "leaves the source as it was (and no OUTPUT.partial); rerun it. A file already at the current version is "
+        "left alone when converted in place. Exit status 2: missing or malformed dataset, or an OUTPUT that cannot "
+        "be written (refused before any work).")
     parser.add_argument("dataset", help="HDF5 demo dataset to upgrade")
-    parser.add_argument("--output", "-o", default=None, help="where to write the upgraded file (default: replace "
-                        "DATASET once the new file is complete)")
+    parser.add_argument("--output", "-o", type=cli.output_file, default=None, help="where to write the upgraded "
+                        "file (default: replace DATASET once the new file is complete)")
     return parser.parse_args(argv)
 
 

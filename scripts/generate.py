@@ -60,6 +60,7 @@ from pathlib import Path
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
+from r2s2r import cli  # noqa: E402
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.data.annotate import AnnotationError  # noqa: E402
 from r2s2r.data.hdf5 import DatasetError  # noqa: E402
@@ -75,27 +76,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the behaviour generator, for an Isaac Lab task ID (required there): mimic (grounded "
                    "behaviour; its demos: generator.source=...) or planner (ungrounded). A MuJoCo task ID binds its "
                    "own")
-    p.add_argument("--num-trajectories", type=int, default=1500, help="admitted trajectories to write")
-    p.add_argument("--output", required=True, help="dataset path (.hdf5); written only when complete")
-    p.add_argument("--seed", type=int, default=0, help="run seed: every attempt's seed and condition derive from it")
-    p.add_argument("--num-workers", type=int, default=1, help="worker processes on this machine")
+    p.add_argument("--num-trajectories", type=cli.positive_int, default=1500, help="admitted trajectories to write")
+    p.add_argument("--output", type=cli.output_file, required=True,
+                   help="dataset path (.hdf5); written only when complete")
+    p.add_argument("--seed", type=cli.seed, default=0,
+                   help="run seed: every attempt's seed and condition derive from it")
+    p.add_argument("--num-workers", type=cli.positive_int, default=1, help="worker processes on this machine")
     p.add_argument("--ray-address", default=None,
                    help="run the workers on this Ray cluster (HOST:PORT of its head, e.g. 10.0.0.5:6379, or "
                    "'auto'); its nodes need not see OUTPUT's folder. With --num-workers > 1 that many chunks run "
                    "at once, else one per cluster CPU")
     p.add_argument("--keep-shards", action="store_true", help="keep OUTPUT.shards/ after the merge")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (e.g. in logs)")
-    p.add_argument("--log-json", default=None, metavar="PATH",
+    p.add_argument("--log-json", type=cli.output_file, default=None, metavar="PATH",
                    help="append one JSON line per finished chunk: chunk, admitted, attempted, rejected (by "
                    "reason), seconds, worker, node, elapsed, and the run's totals with its ETA")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, see above")
     add_launcher_options(p, argv)
-    args = p.parse_args(argv)
-    if args.num_trajectories < 1:
-        p.error(f"--num-trajectories = {args.num_trajectories}: expected at least 1")
-    if args.num_workers < 1:
-        p.error(f"--num-workers = {args.num_workers}: expected at least 1")
-    return args
+    return p.parse_args(argv)
 
 
 def main(argv=None) -> int:

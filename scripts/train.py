@@ -53,5 +53,21 @@ def main(composed: DictConfig) -> None:
           f"{result.samples_per_s:.0f} samples/s)")
 
 
+def check_command_line(arguments: list[str]) -> None:
+    """Exit 2 with an `error:` line for an override or config file the composition refuses, before Hydra composes
+    the same config (Hydra reports such errors with exit status 1, some as a traceback, some without naming the
+    override). Hydra's own options (--help, --cfg, -m, ...) are left to it."""
+    from r2s2r.policy.config import compose_train_cfg
+
+    if any(arg.startswith("-") for arg in arguments):
+        return
+    try:
+        compose_train_cfg(arguments)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
+    check_command_line(sys.argv[1:])
     main()

@@ -119,13 +119,16 @@ def main(argv=None) -> int:
     from r2s2r.calibration import report
     from r2s2r.cell.world import load_world
     from r2s2r.real.twin import make_twin_env, reality_file
+    from r2s2r.render.base import check_cameras
     from r2s2r.tasks.pick_sort.env import PickSortEnv
 
-    cameras = tuple(args.cameras.split(","))
     out = Path(args.output_dir)
     try:
         truth = load_world(reality_file(args.reality_file))
         worlds = {"ungrounded": load_world(args.ungrounded), "grounded": load_world(args.grounded)}
+        # Checked now, as the renderers would check them only after the first replay.
+        for world in (truth, *worlds.values()):
+            cameras = check_cameras(args.cameras.split(","), world.cell, "--cameras")
         # Replays run without cameras (rendering every step would dominate); images are compared on sampled states.
         twin = make_twin_env(args.reality_file, cameras=())
         envs = {name: PickSortEnv(world=str(w.path), cameras=()) for name, w in worlds.items()}

@@ -244,6 +244,20 @@ def test_world_report_refuses_a_malformed_world_cleanly(option, case_id, tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == [bad.name]  # no report folder, log or partial file
 
 
+@pytest.mark.parametrize("cameras, expect", [("nocam", "--cameras = 'nocam': expected one of ('head_left'"),
+                                             (",", "--cameras = ('', ''): expected a non-empty list of distinct"),
+                                             ("head_left,head_left", "--cameras = ('head_left', 'head_left')")])
+def test_world_report_refuses_unknown_cameras_before_replaying(cameras, expect, tmp_path, monkeypatch, capsys):
+    """The worlds' cameras are checked with the worlds, not by the renderer after the first replay."""
+    from conftest import run_script_in_process
+
+    code, stderr = run_script_in_process("world_report.py", "--cameras", cameras, "--output-dir",
+                                         str(tmp_path / "report"), cwd=tmp_path, monkeypatch=monkeypatch,
+                                         capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr and f"error: {expect}" in stderr, stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("path", sorted(WORLDS.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_registered_world_file_loads(path):
     world = load_world(path)

@@ -8,10 +8,11 @@ Cases:
   structure    missing or misplaced groups, datasets and attrs; `env_args` not JSON, not an object, an unknown
                or missing task, `env_kwargs` not an object; an empty `data` group; a format_version from the
                future; masks naming no demo; next_obs mapped onto another demo's obs.
-  values       NaN / inf actions, wrong action widths and dtypes, rows that disagree with the actions,
-               `num_samples` and `total` that contradict the data, failed demos, bad seeds, float or mixed-size
-               images, mixed widths, flat datagen_info poses (and, in an older file, flat ones of the wrong width),
-               and what a tool asks for through the validator's arguments.
+  values       NaN / inf actions and ones of absurd magnitude (beyond +-100), wrong action widths and dtypes,
+               rows that disagree with the actions, NaN states and initial states, `num_samples` and `total` that
+               contradict the data, failed demos, bad seeds, float or mixed-size images, mixed widths, flat
+               datagen_info poses (and, in an older file, flat ones of the wrong width), and what a tool asks for
+               through the validator's arguments.
 """
 
 from __future__ import annotations
@@ -225,6 +226,12 @@ def _cases() -> list[Case]:
         demo = dataset.split("/")[1]
         cases.append(Case(f"actions-{value}-{demo}", set_value(dataset, index, value),
                           (demo, "field 'actions' is not finite", f"step {index[0]}, column {index[1]}")))
+    # Finite but absurd: no position (m), quaternion entry or joint target (rad) comes near 100.
+    for dataset, index, value in (("data/demo_1/actions", (2, 0), 1e30), ("data/demo_2/actions", (4, 7), -100.5)):
+        demo = dataset.split("/")[1]
+        cases.append(Case(f"actions-{value:g}-{demo}", set_value(dataset, index, value),
+                          (demo, "field 'actions' is out of range", f"{value:g}", f"step {index[0]}, column {index[1]}",
+                           "expected finite values within +-100")))
     for shape in ((STEPS, 26), (STEPS, 28), (STEPS,), (STEPS, 27, 1), (0, 27)):
         cases.append(Case(f"actions-shape-{'x'.join(map(str, shape))}", replace("data/demo_1/actions", np.zeros(shape)),
                           ("demo_1", f"field 'actions' has shape {shape}", "expected (T, 27)")))
@@ -238,6 +245,8 @@ def _cases() -> list[Case]:
         Case("states-rows", replace("data/demo_2/states", np.zeros((STEPS + 2, 10))),
              ("demo_2", "'states' has shape (8, 10)", "expected 6 rows")),
         Case("states-nan", set_value("data/demo_1/states", (2, 3), np.nan), ("demo_1", "'states' is not finite")),
+        Case("initial-state-nan", set_value("data/demo_1/initial_state", (0, 3), np.nan),
+             ("demo_1", "'initial_state' is not finite", "expected finite")),
         Case("proprio-inf", set_value("data/demo_0/obs/arm_q", (1, 1), np.inf),
              ("demo_0", "'obs/arm_q' is not finite"), {"finite": ("obs/arm_q",)}),
         Case("initial-state-2d", replace("data/demo_0/initial_state", np.zeros((2, 10))),
@@ -337,6 +346,11 @@ TOOL_CASES = [
     ("truncated-end-minus-100", "collect_real.py", ("truncated or corrupt",)),
     ("num-samples-more", "collect_real.py", ("demo_1", "num_samples")),
     ("flip-chunk-data.demo_1.obs.right_wrist-0.5", "collect_real.py", ("demo_1", "obs/right_wrist")),
+    ("actions-1e+30-demo_1", "train.py", ("demo_1", "'actions' is out of range (1e+30", "within +-100")),
+    ("initial-state-nan", "replay.py", ("demo_1", "'initial_state' is not finite")),
+    ("states-nan", "render_states.py", ("demo_1", "'states' is not finite")),
+    # Refused at demo_1, after demo_0 was converted: the partial output goes too.
+    ("initial-state-nan", "convert_dataset.py", ("demo_1", "'initial_state' is not finite")),
 ]
 
 
@@ -353,6 +367,11 @@ def test_the_tools_refuse_it_and_leave_nothing(case_id, tool, expect, valid, tmp
         args = ["--demos", str(path), "--episodes", "1", "--output-dir", str(out)]
     elif tool == "train.py":
         args = _train_args(out, path)
+    elif tool == "render_states.py":
+        args = ["--dataset", str(path), "--cameras", "right_wrist", "--output", str(out / "rendered.hdf5")]
+    elif tool == "convert_dataset.py":
+        out = work / "converted.hdf5"  # in an existing folder: the writer would make a missing one
+        args = [str(path), "--output", str(out)]
     else:
         args = ["--output", str(out / "real.hdf5"), "--import", str(path)]
     result = run_tool(tool, *args, cwd=work)
@@ -362,3 +381,45 @@ def test_the_tools_refuse_it_and_leave_nothing(case_id, tool, expect, valid, tmp
     for part in expect:
         assert part in result.stderr, result.stderr
     assert not out.exists() and [p.name for p in work.iterdir()] == []  # nothing left behind
+
+
+def test_the_writer_refuses_what_the_reader_would(tmp_path):
+    """The same rules hold for a demo being written (generation, collection): nothing is published."""
+    path = tmp_path / "out.hdf5"
+    with pytest.raises(DatasetError, match="'actions' is out of range"), DemoWriter(path, TASK) as writer:
+        demo = make_demo(0)
+        demo["actions"][1, 3] = 99.0  # large, but within the bound
+        writer.append(demo)
+        demo["actions"][1, 3] = 1e30
+        writer.append(demo)
+    demo = make_demo(1)
+    demo["initial_state"][0, 0] = np.inf
+    with pytest.raises(DatasetError, match="'initial_state' is not finite"), DemoWriter(path, TASK) as writer:
+        writer.append(demo)
+    assert not path.exists()
+
+
+def test_converting_onto_an_existing_folder_is_refused_before_any_work(valid, tmp_path, monkeypatch, capsys):
+    from conftest import run_script_in_process
+
+    folder = tmp_path / "converted.hdf5"
+    folder.mkdir()
+    code, stderr = run_script_in_process("convert_dataset.py", str(valid), "--output", str(folder), cwd=tmp_path,
+                                         monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert f"argument --output/-o: {str(folder)!r}: is a folder; expected a file path" in stderr, stderr
+    assert [p.name for p in tmp_path.iterdir()] == [folder.name] and not any(folder.iterdir())
+
+
+@pytest.mark.parametrize("tool, field", [("replay.py", "initial_state"), ("render_states.py", "states")])
+def test_states_of_another_model_are_refused_before_any_output(tool, field, valid, tmp_path):
+    """The tiny file's states are 10 wide, not qpos | qvel of the task's model: refused before a step is replayed
+    or a partial output is made (set_state would raise halfway through)."""
+    out = tmp_path / "out"
+    args = ["--dataset", str(valid)]
+    if tool == "render_states.py":
+        args += ["--cameras", "right_wrist", "--output", str(out / "rendered.hdf5"), "--no-progress"]
+    result = run_tool(tool, *args, cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"error: {valid}: field {field!r} holds states of 10 values: expected" in result.stderr, result.stderr
+    assert "qpos" in result.stderr and list(tmp_path.iterdir()) == []

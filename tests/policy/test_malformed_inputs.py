@@ -5,12 +5,14 @@ with an error naming the step and the loss, and no policy.pt.
 
 Cases:
   configs      every numeric field of `TrainCfg` set to NaN, +-inf, a string, a boolean or a list, and just outside
-               its range, through `compose_train_cfg` (Hydra overrides, as scripts/train.py takes them); a few
-               through scripts/train.py itself.
+               its range, through `compose_train_cfg` (Hydra overrides, as scripts/train.py takes them); overrides
+               that do not parse or compose, and config files that are not YAML; a few through scripts/train.py
+               itself.
   checkpoints  a tiny trained checkpoint with each top-level key deleted, values of the wrong type, configs that do
                not validate, weights that do not fit the config (shapes, keys, widths) or are not finite; truncated,
                empty, foreign and pickled files; a few through evaluate.py, play.py and analyze_latent.py.
-  arguments    every numeric option of the tools (but generate.py) given a value out of range or not a number.
+  arguments    every numeric option of the tools given a value out of range or not a number; generate.py's
+               KEY=VALUE overrides given NaN or an infinity.
   outputs      every tool's output path given as a folder where a file goes, or a file where a folder goes.
 """
 
@@ -21,6 +23,7 @@ import json
 import math
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import types
@@ -223,6 +226,52 @@ def test_train_script_refuses_a_malformed_config_cleanly(override, dataset, tmp_
     assert listing(tmp_path) == []  # no run folder, log file or checkpoint
 
 
+# Overrides Hydra cannot parse or compose: named, with what was expected (Hydra itself names the bad token or the
+# config key, and ends some in a traceback).
+BAD_OVERRIDES = ["steps=[1", "steps", "=5", "policy.dim==3", "data=nonexistent", "data=3", "policy.dimm=3",
+                 "~nokey", "+steps=3", "steps=${oops}"]
+
+
+@pytest.mark.parametrize("override", BAD_OVERRIDES)
+def test_a_malformed_override_is_refused_naming_it(override):
+    with pytest.raises(ConfigError) as err:
+        compose_train_cfg(BASE + [override])
+    message = str(err.value)
+    assert message.startswith(f"override {override!r}: ") and "; expected key=value" in message, message
+
+
+@pytest.fixture
+def broken_configs(tmp_path, monkeypatch) -> Path:
+    """A copy of configs/train in which the data preset `broken` and, on request, config.yaml are not YAML."""
+    configs = tmp_path / "configs"
+    shutil.copytree(ROOT / "configs" / "train", configs / "train")
+    (configs / "train" / "data" / "broken.yaml").write_text("datasets:\n  - {path: a.hdf5, weight: [1\n")
+    monkeypatch.setenv("R2S2R_CONFIGS", str(configs))
+    return configs / "train"
+
+
+def test_a_config_file_that_is_not_yaml_is_refused_naming_it(broken_configs):
+    broken = broken_configs / "data" / "broken.yaml"
+    with pytest.raises(ConfigError, match=f"^config file {broken}: not valid YAML .*line 2.*; expected a YAML"):
+        compose_train_cfg(BASE + ["data=broken"])
+    with open(broken_configs / "config.yaml", "a") as f:
+        f.write("steps: [1\n")
+    with pytest.raises(ConfigError, match=f"^config file {broken_configs / 'config.yaml'}: not valid YAML"):
+        compose_train_cfg(BASE)
+
+
+@pytest.mark.parametrize("override, expect", [("steps=[1", "error: override 'steps=[1': no viable alternative"),
+                                              ("data=broken", "error: config file ")])
+def test_train_script_refuses_a_malformed_override_or_config_file(override, expect, broken_configs, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run_tool("train.py", *tiny_overrides(work / "run", "a.hdf5"), override, cwd=work)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and expect in result.stderr and "expected" in result.stderr, \
+        result.stderr
+    assert listing(work) == []
+
+
 # -- checkpoints -------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory, dataset) -> Path:
@@ -401,6 +450,7 @@ _TOOLS = {
     "record_calibration.py": [], "analyze_latent.py": ["--checkpoint", "a.pt"], "collect_real.py": [],
     "experiment.py": ["--scale", "smoke", "--dry-run"], "export_usd.py": [],
     "render_states.py": ["--dataset", "a.h5", "--output", "b.h5", "--cameras", "right_wrist"],
+    "generate.py": ["--task", "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0", "--output", "g.hdf5"],
 }
 _OPTIONS = {
     "play.py": {"--episodes": ("-1", "x"), "--fps": ("0", "1e9"), "--size": ("nan",), "--seed": ("-1",)},
@@ -415,6 +465,7 @@ _OPTIONS = {
     "experiment.py": {"--jobs": ("0",)},
     "export_usd.py": {"--animate": ("-1", "inf", "nan")},
     "render_states.py": {"--image-size": ("4", "abc")},
+    "generate.py": {"--num-trajectories": ("0",), "--seed": ("-5", "nan", str(2**31)), "--num-workers": ("0", "1.5")},
 }
 ARGUMENT_CASES = [(f"{tool} {option} {value}", tool, option, value)
                   for tool, options in _OPTIONS.items() for option, values in options.items() for value in values]
@@ -427,6 +478,28 @@ def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, val
     assert code == 2, stderr
     assert "Traceback" not in stderr, stderr
     assert f"argument {option}: invalid value {value!r}: expected" in stderr, stderr
+    assert listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("override", ["datagen.conditions.nominal=.nan", "generator.lead=.inf",
+                                      "env.episode_seconds=-.inf", "generator.reach_x=[0.0,.nan]"])
+def test_a_non_finite_override_of_generate_is_refused(override, tmp_path, monkeypatch, capsys):
+    """Range checks written `x < 0` let NaN through (and `x >= 0` +inf): every KEY=VALUE override is refused here
+    before it reaches them."""
+    code, stderr = run_tool_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
+                                       monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert f"error: override {override!r}: " in stderr and "is not a finite number; expected finite" in stderr, stderr
+    assert listing(tmp_path) == []
+
+
+def test_a_generator_setting_out_of_range_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """The planner's and its grasp generator's settings are checked with the run's config, not in a worker."""
+    for override, expect in (("generator.lead=-1", "generator.lead = -1.0: expected >= 0"),
+                             ("generator.grasp.squeeze=2", "generator.grasp.squeeze = 2.0: expected a value in")):
+        code, stderr = run_tool_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
+                                           monkeypatch=monkeypatch, capsys=capsys)
+        assert code == 2 and "Traceback" not in stderr and f"error: {expect}" in stderr, stderr
     assert listing(tmp_path) == []
 
 
@@ -449,6 +522,8 @@ OUTPUT_CASES = [
     ("experiment.py --run-dir <file>", ["--scale", "smoke", "--run-dir", "{file}"], "--run-dir"),
     ("annotate.py --plot <file>", ["--dataset", "a.h5", "--plot", "{file}"], "--plot"),
     ("train.py run_dir=<file>", ["run_dir={file}", "data.datasets=[{path: a.h5, weight: 1.0}]"], "run_dir"),
+    ("generate.py --output <folder>", [*_TOOLS["generate.py"][:2], "--output", "{dir}"], "--output"),
+    ("generate.py --log-json <folder>", [*_TOOLS["generate.py"], "--log-json", "{dir}"], "--log-json"),
 ]
 
 

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 from collections.abc import Iterable
@@ -106,6 +107,11 @@ def parse_dotted(arguments: Iterable[str], where: str = "override") -> dict:
             value = yaml.safe_load(text) if text else ""
         except yaml.YAMLError as e:
             raise ConfigError(f"{where} {arg!r}: the value is not valid YAML ({e})") from None
+        # No setting is NaN or infinite, and range checks written `x < 0` would let NaN (and `x >= 0` +inf) through:
+        # such values (YAML's .nan, .inf, 1.0e999) are refused here, where every command-line override arrives.
+        bad = _non_finite(value)
+        if bad is not None:
+            raise ConfigError(f"{where} {arg!r}: {bad} is not a finite number; expected finite numbers")
         node = out
         *parents, leaf = key.split(".")
         for part in parents:
@@ -114,6 +120,14 @@ def parse_dotted(arguments: Iterable[str], where: str = "override") -> dict:
                 raise ConfigError(f"{where} {arg!r}: {part!r} is set to a value and overridden inside as well")
         node[leaf] = value
     return out
+
+
+def _non_finite(value: Any) -> float | None:
+    """The first NaN or infinity in a parsed value (nested lists and mappings included), or None."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    return next((bad for bad in map(_non_finite, items) if bad is not None), None)
 
 
 def _convert(current: Any, value: Any, where: str) -> Any:

@@ -33,6 +33,7 @@ from scipy.spatial import ConvexHull, QhullError
 from r2s2r.cell.mjcf import FINGERS, CellIndex, object_body_name
 from r2s2r.cell.spec import ObjectCfg
 from r2s2r.control.grasp import GRASP_ROT, HAND_CLOSED, HAND_OPEN
+from r2s2r.core import ConfigError
 from r2s2r.files import atomic_path, cache_dir
 from r2s2r.geometry import rpy_to_mat
 
@@ -91,7 +92,7 @@ class GraspGeneratorCfg:
         )
         for ok, name, value, expected in checks:
             if not ok:
-                raise ValueError(f"GraspGeneratorCfg.{name} = {value!r}: expected {expected}")
+                raise ConfigError(f"generator.grasp.{name} = {value!r}: expected {expected}")
         return self
 
 

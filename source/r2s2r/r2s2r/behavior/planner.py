@@ -36,6 +36,7 @@ from r2s2r.cell import robots
 from r2s2r.cell.mjcf import OBJECT, ROBOT, STATIC, object_body_name
 from r2s2r.control.grasp import HAND_OPEN, HAND_RELEASE
 from r2s2r.control.ik import ArmIK
+from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, quat_to_mat, rpy_to_mat
 from r2s2r.trajectory import min_jerk, quintic
 
@@ -102,6 +103,7 @@ class PlannerCfg:
     grasp: GraspGeneratorCfg = field(default_factory=GraspGeneratorCfg)
 
     def validate(self) -> PlannerCfg:
+        self.grasp.validate()  # now, with the run's config, not when a worker builds the grasp generator
         checks = (
             (0 < self.velocity_fraction <= 1, "velocity_fraction", self.velocity_fraction, "a fraction in (0, 1]"),
             (self.reach_x[0] < self.reach_x[1], "reach_x", self.reach_x, "low < high"),
@@ -115,7 +117,7 @@ class PlannerCfg:
         )
         for ok, name, value, expected in checks:
             if not ok:
-                raise ValueError(f"PlannerCfg.{name} = {value!r}: expected {expected}")
+                raise ConfigError(f"generator.{name} = {value!r}: expected {expected}")
         return self
 
 

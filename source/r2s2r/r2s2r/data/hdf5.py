@@ -73,6 +73,11 @@ COMPLETE_ATTR = "r2s2r_complete"
 STATE_ATTR = "r2s2r_state"  # "partial" while a writer fills the file, "published" once it has been closed
 DERIVED = ("next_obs", "rewards", "dones")  # written by the writer from the rest of a demo; not in `load`
 DATAGEN = "obs/datagen_info"
+STATE_FIELDS = ("states", "initial_state")  # simulator states, restored by replay and rendering: must be finite
+# No entry of a 27-d action comes near this: grasp-site positions are metres within the cell (a few at most),
+# quaternion entries lie in [-1, 1], joint targets are radians within a few turns. A larger value is a unit or
+# scaling error (or garbage) that would otherwise train a policy or be sent to a robot; it is refused like NaN.
+ACTION_LIMIT = 100.0
 SPLIT_SEED = 0  # the train/valid masks' permutation
 _DEMO_NAME = re.compile(r"demo_(\d+)$")
 
@@ -119,13 +124,25 @@ def _check_initial_state(where: str, states: tuple | None, initial: tuple | None
                            f"of 'states'")
 
 
+def _check_action_values(where: str, actions: np.ndarray) -> None:
+    """Every action entry finite and within +-ACTION_LIMIT, the rule for demos in memory and on file alike."""
+    bad = ~(np.abs(actions) <= ACTION_LIMIT)  # NaN compares false: refused with the infinities
+    if bad.any():
+        step, column = np.argwhere(bad)[0]
+        value = actions[step, column]
+        what = "is not finite (NaN or inf" if not np.isfinite(value) else f"is out of range ({value:g}"
+        raise DatasetError(f"{where}: field 'actions' {what}: first at step {step}, column {column}); expected "
+                           f"finite values within +-{ACTION_LIMIT:g} (metres, quaternion entries, radians)")
+
+
 def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_DIM) -> int:
     """Check one demo's arrays (as `DemoWriter.append` takes them) and return its length T.
 
-    `actions` must be a finite (T, `action_dim`) array (27, the tasks' action size, by default); every other array
-    must be numeric with T rows, except `initial_state` (1, N) (a row of `states`); `states`, when present, must be
-    finite; camera-like arrays (T, H, W, 3) must be uint8; datagen_info poses (T, 4, 4); the fields the writer
-    derives (next_obs, rewards, dones) must be left out. Raises `DatasetError` naming `where` and the field.
+    `actions` must be a (T, `action_dim`) array (27, the tasks' action size, by default) of finite values within
+    +-ACTION_LIMIT; every other array must be numeric with T rows, except `initial_state` (1, N) (a row of
+    `states`); `states` and `initial_state`, when present, must be finite; camera-like arrays (T, H, W, 3) must be
+    uint8; datagen_info poses (T, 4, 4); the fields the writer derives (next_obs, rewards, dones) must be left out.
+    Raises `DatasetError` naming `where` and the field.
     """
     if not isinstance(demo, Mapping):
         raise DatasetError(f"{where}: expected a dict of arrays, got {type(demo).__name__}")
@@ -137,9 +154,7 @@ def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_D
                            f"with T >= 1")
     if not np.issubdtype(actions.dtype, np.number) or np.issubdtype(actions.dtype, np.complexfloating):
         raise DatasetError(f"{where}: field 'actions' has dtype {actions.dtype}: expected real numbers")
-    if not np.isfinite(actions).all():
-        bad = np.argwhere(~np.isfinite(actions))[0]
-        raise DatasetError(f"{where}: field 'actions' is not finite (first at step {bad[0]}, column {bad[1]})")
+    _check_action_values(where, actions)
     steps = actions.shape[0]
     for path, value in _leaves(demo):
         if path.split("/")[0] in DERIVED:
@@ -148,8 +163,9 @@ def validate_demo(demo: Mapping, where: str = "demo", action_dim: int = ACTION_D
         if path != "actions":
             array = np.asarray(value)
             _check_field(where, path, array.shape, array.dtype, steps)
-    if "states" in demo and not np.isfinite(np.asarray(demo["states"])).all():
-        raise DatasetError(f"{where}: field 'states' is not finite")
+    for key in STATE_FIELDS:
+        if key in demo and not np.isfinite(np.asarray(demo[key])).all():
+            raise DatasetError(f"{where}: field {key!r} is not finite (NaN or inf); expected finite simulator states")
     shape = {k: np.shape(demo[k]) if k in demo else None for k in ("states", "initial_state")}
     _check_initial_state(where, shape["states"], shape["initial_state"])
     return steps
@@ -554,10 +570,10 @@ class DemoReader:
       default every registered task) and, when present, an object `env_kwargs`; the run-level `total`, when
       present, is the sum of the demos' lengths; each `mask/<key>` names demos of `data`;
     - every member of `data` is a demo group with `actions` of shape (T, `action_dim`), T >= 1, finite real
-      numbers; every other array has T rows (`initial_state`: one state) and a numeric dtype; arrays shaped as
-      images (T, H, W, 3) are uint8; datagen_info poses are (T, 4, 4) (older files: the flat (T, 7) poses and
-      (T, 3) bin position they were written with); virtual next_obs arrays map onto their own demo's obs; a field
-      has the same dtype kind and per-step shape in every demo (one image size per camera);
+      numbers within +-ACTION_LIMIT; every other array has T rows (`initial_state`: one state) and a numeric
+      dtype; arrays shaped as images (T, H, W, 3) are uint8; datagen_info poses are (T, 4, 4) (older files: the
+      flat (T, 7) poses and (T, 3) bin position they were written with); virtual next_obs arrays map onto their own
+      demo's obs; a field has the same dtype kind and per-step shape in every demo (one image size per camera);
     - the demo attrs `num_samples` (when present) equals T and `success` (when present) is true: a dataset holds
       finished, successful demos; `seed` (when present) is an integer >= 0, `condition` and `object` strings;
     - what the caller needs: at least `min_demos` demos, the arrays `fields` in every demo, camera images
@@ -567,9 +583,10 @@ class DemoReader:
       for older files.
 
     `load` reads a demo's arrays (older layouts converted) and checks them again (`validate_demo`: e.g. finite
-    states); a read that fails on corrupt bytes is a `DatasetError` naming the file and field. Raises
-    `FileNotFoundError` for a missing file. Messages name the file, the demo and field or attr, the value found and
-    what was expected. Groups a crash left incomplete in a DemoWriter `.partial` file are skipped.
+    states and initial_state; a tool that restores them asks for `finite=STATE_FIELDS` to have that checked on
+    opening, before it writes anything); a read that fails on corrupt bytes is a `DatasetError` naming the file and
+    field. Raises `FileNotFoundError` for a missing file. Messages name the file, the demo and field or attr, the
+    value found and what was expected. Groups a crash left incomplete in a DemoWriter `.partial` file are skipped.
     """
 
     def __init__(self, path: str | os.PathLike, *, action_dim: int = ACTION_DIM, min_demos: int = 0,
@@ -705,11 +722,7 @@ class DemoReader:
             raise DatasetError(f"{where}: field 'actions' has dtype {actions.dtype}: expected real numbers")
         steps = actions.shape[0]
         self._where = f"'data/{demo}/actions'"
-        values = actions[()]
-        if not np.isfinite(values).all():
-            bad = np.argwhere(~np.isfinite(values))[0]
-            raise DatasetError(f"{where}: field 'actions' is not finite (NaN or inf: first at step {bad[0]}, column "
-                               f"{bad[1]}); expected finite values")
+        _check_action_values(where, actions[()])
         self._where = f"the attrs of 'data/{demo}'"
         if "num_samples" in attrs:
             n = attrs["num_samples"]
@@ -886,28 +899,32 @@ def upgrade_dataset(source: str | os.PathLike, output: str | os.PathLike | None 
     the current layout, with their attrs and the run-level attrs; returns the number of demos written, 0 when
     `source` is already current and is the output.
 
-    Written by `DemoWriter` under `<output>.partial` and renamed to `output` only when complete: a run cut short
-    leaves `source` as it was (and a `.partial` that the next run starts over). Demos are renumbered demo_0 .. in
+    Written by `DemoWriter` under `<output>.partial` and renamed to `output` only when complete: a run that fails
+    or is interrupted leaves `source` as it was and removes the partial file (the writer starts afresh, so it holds
+    nothing a later run could resume; one a killed run leaves is started over). Demos are renumbered demo_0 .. in
     file order.
     """
     source = Path(source)
     output = Path(output) if output is not None else source
-    with DemoReader(source, min_demos=1, purpose="an upgrade copies demos") as reader:
-        if reader.format_version == FORMAT_VERSION and output.resolve() == source.resolve():
-            return 0
-        extra = {k: v for k, v in reader.env_args.items() if k not in ("env_name", "type")}
-        writer = DemoWriter(output, reader.env_name, extra, resume=False)
-        try:
+    writer = None
+    try:
+        with DemoReader(source, min_demos=1, purpose="an upgrade copies demos") as reader:
+            if reader.format_version == FORMAT_VERSION and output.resolve() == source.resolve():
+                return 0
+            extra = {k: v for k, v in reader.env_args.items() if k not in ("env_name", "type")}
+            writer = DemoWriter(output, reader.env_name, extra, resume=False)
             for key, value in reader.data_attrs().items():
                 if key not in ("total", "env_args"):
                     writer.set_attr(key, value)
             for name in reader.names:
                 writer.append(reader.load(name), reader.attrs(name))
-        except BaseException:
+            count = len(reader)
+        writer.close()  # after the reader has let go of `source`, which an upgrade in place replaces
+    except BaseException:
+        if writer is not None:
             writer.close(publish=False)
-            raise
-        count = len(reader)
-    writer.close()  # after the reader has let go of `source`, which an upgrade in place replaces
+            writer.partial.unlink(missing_ok=True)
+        raise
     return count
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from r2s2r.data.hdf5 import DatasetError, DemoReader
+from r2s2r.data.hdf5 import STATE_FIELDS, DatasetError, DemoReader
 from r2s2r.datagen.worker import attempt_noise
 
 
@@ -35,7 +35,7 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
     import r2s2r.tasks as tasks
 
     report = ReplayReport(str(path))
-    with DemoReader(path, min_demos=1, fields=("initial_state",), attrs=("seed",),
+    with DemoReader(path, min_demos=1, fields=("initial_state",), attrs=("seed",), finite=STATE_FIELDS,
                     purpose="replay restores the initial state and resets the task with the seed") as reader:
         env_args = reader.env_args
         control_hz = float(env_args.get("control_hz", 20.0))
@@ -43,6 +43,7 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
         env = tasks.make(reader.env_name, cameras=(), control_hz=control_hz,
                          action_mode=env_args.get("action_mode", "ee_pose"))
         try:
+            check_state_width(reader, "initial_state", env)
             for name in tqdm(reader.names[:limit], desc="replaying", unit="demo", disable=not progress):
                 attrs = reader.attrs(name)
                 demo = reader.load(name)
@@ -65,6 +66,17 @@ def replay_dataset(path: str | os.PathLike, limit: int | None = None, progress: 
     return report
 
 
+def check_state_width(reader: DemoReader, key: str, env) -> None:
+    """The stored states (`key` of every demo: the reader holds one width per field) must be qpos | qvel of the
+    task's model: states of another cell, robot or simulator would fail in `set_state` halfway through the file."""
+    width = env.model.nq + env.model.nv
+    stored = np.shape(reader.load(reader.names[0], only=(key,))[key])[1]
+    if stored != width:
+        raise DatasetError(f"{reader.path}: field {key!r} holds states of {stored} values: expected {width}, qpos "
+                           f"({env.model.nq}) | qvel ({env.model.nv}) of task {reader.env_name}'s model (states "
+                           f"recorded on another cell or simulator?)")
+
+
 def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras: tuple[str, ...],
                    image_size: tuple[int, int] | None = None, progress: bool = False) -> int:
     """Write `output`: the demos of `source` with the views of `cameras` rendered again from their stored states
@@ -77,7 +89,8 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
     from r2s2r.data.hdf5 import DemoWriter
 
     source = Path(source)
-    with DemoReader(source, min_demos=1, fields=("states",), attrs=("seed",),
+    # Every check that can refuse the source runs before the writer makes `output`'s partial file.
+    with DemoReader(source, min_demos=1, fields=("states",), attrs=("seed",), finite=STATE_FIELDS,
                     purpose="its views are rendered from the stored states, the task reset with the seed") as reader:
         env_args = dict(reader.env_args)
         size = tuple(image_size) if image_size else tuple(env_args.get("image_size", (128, 128)))
@@ -89,13 +102,13 @@ def render_dataset(source: str | os.PathLike, output: str | os.PathLike, cameras
         extra.update(cameras=sorted(set(recorded) | set(cameras)), image_size=list(size))
         env = tasks.make(reader.env_name, cameras=tuple(cameras), image_size=size,
                          control_hz=float(env_args.get("control_hz", 20.0)))
-        recorded_truth = env_args.get("reality_file")
-        if recorded_truth and env.world is not None and env.world.path.name != recorded_truth:
-            env.close()  # the twin now runs another truth file than the one the demos were recorded on
-            raise DatasetError(f"{source}: recorded on the twin with truth file {recorded_truth!r}, but the twin "
-                               f"runs {env.world.path.name!r}; point R2S2R_REALITY_FILE at the recorded one")
         done = 0
         try:
+            recorded_truth = env_args.get("reality_file")
+            if recorded_truth and env.world is not None and env.world.path.name != recorded_truth:
+                raise DatasetError(f"{source}: recorded on the twin with truth file {recorded_truth!r}, but the twin "
+                                   f"runs {env.world.path.name!r}; point R2S2R_REALITY_FILE at the recorded one")
+            check_state_width(reader, "states", env)
             with DemoWriter(output, reader.env_name, extra) as writer:
                 have = {a.get("rendered_from") for a in writer.demo_attrs()}
                 todo = [n for n in reader.names if n not in have]

@@ -315,19 +315,61 @@ def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
 
 def compose_train_cfg(overrides: list[str] | tuple[str, ...] = ()) -> TrainCfg:
     """`configs/train/config.yaml` composed with Hydra command-line style `overrides` (as scripts/train.py takes
-    them), as a validated `TrainCfg`. For callers that are not Hydra apps (experiment.py, tests)."""
+    them), as a validated `TrainCfg`. For callers that are not Hydra apps (experiment.py, tests), and for
+    scripts/train.py to check its command line before Hydra does.
+
+    Every failure is a `ConfigError` naming what is at fault: the override that does not parse or that the
+    composition refuses, or the config file that is not valid YAML. (Hydra's own report of these ends some in a
+    traceback, and names the bad token or config key rather than the override.)"""
+    import yaml
     from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from r2s2r.core import configs_dir
 
+    folder, overrides = configs_dir() / "train", list(overrides)
+    expected = "expected key=value naming a config field or data preset (scripts/train.py --help lists them)"
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            key = parser.parse_override(text).key_or_group
+        except HydraException as e:
+            raise ConfigError(f"override {text!r}: {_reason(e)}; {expected}") from None
+        if not key:
+            raise ConfigError(f"override {text!r}: no key before '='; {expected}")
+
+    def composed(selected: list[str]) -> dict:
+        with initialize_config_dir(str(folder), version_base="1.3"):
+            return OmegaConf.to_container(compose("config", overrides=selected), resolve=True)
+
+    refused = (HydraException, OmegaConfBaseException, ValueError)  # Hydra raises a bare ValueError for some
     try:
-        with initialize_config_dir(str(configs_dir() / "train"), version_base="1.3"):
-            composed = compose("config", overrides=list(overrides))
-        values = OmegaConf.to_container(composed, resolve=True)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(f"train config overrides {list(overrides)}: {e}") from None
+        values = composed(overrides)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        raise ConfigError(f"config file {getattr(mark, 'name', folder)}: not valid YAML ({_reason(e)}); expected "
+                          f"a YAML mapping of config fields") from None
+    except refused as e:
+        # Hydra names a config key, not the override: the override at fault ends the shortest failing prefix (none
+        # when the config files fail on their own).
+        for n in range(len(overrides) + 1):
+            try:
+                composed(overrides[:n])
+            except (*refused, yaml.YAMLError):
+                break
+        if n == 0:
+            raise ConfigError(f"config file {folder / 'config.yaml'}: {_reason(e)}; expected a config that "
+                              f"composes without overrides") from None
+        raise ConfigError(f"override {overrides[n - 1]!r}: {_reason(e)}; {expected}") from None
     values.pop("hydra", None)
     return train_cfg_from_mapping(values)
+
+
+def _reason(e: BaseException) -> str:
+    """Hydra's, OmegaConf's or YAML's message on one line, without the pointers to its documentation and config
+    search path."""
+    text = str(e).split("See https://hydra.cc")[0].split("Config search path:")[0]
+    return " ".join(text.split())

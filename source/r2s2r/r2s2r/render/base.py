@@ -32,6 +32,22 @@ def _is_size(n: object) -> bool:
     return isinstance(n, (int, np.integer)) and not isinstance(n, bool) and 0 < n <= MAX_RESOLUTION
 
 
+def check_cameras(cameras: Sequence[str] | str, cell: CellCfg, what: str = "cameras") -> tuple[str, ...]:
+    """`cameras` as a tuple, if it is a non-empty list of distinct camera names of `cell` (a bare name is one
+    camera); else a ConfigError naming `what`. Every renderer checks its cameras here; a tool that renders only
+    after other work calls it first."""
+    if isinstance(cameras, str):  # a bare name would otherwise be read as a sequence of letters
+        cameras = (cameras,)
+    cameras = tuple(cameras)
+    known = cell.camera_names
+    if not cameras or len(set(cameras)) != len(cameras):
+        raise ConfigError(f"{what} = {cameras!r}: expected a non-empty list of distinct names from {known}")
+    for name in cameras:
+        if name not in known:
+            raise ConfigError(f"{what} = {name!r}: expected one of {known}")
+    return cameras
+
+
 class RenderBackend(ABC):
     """Renders `cameras` of `cell` at `width` x `height` for all worlds of a physics backend.
 
@@ -47,15 +63,7 @@ class RenderBackend(ABC):
 
     def __init__(self, model: mujoco.MjModel, cell: CellCfg, cameras: Sequence[str], width: int, height: int,
                  shadows: bool = False, multisample: bool = False, supersample: int = 1, depth: bool = True):
-        if isinstance(cameras, str):  # a bare name would otherwise be read as a sequence of letters
-            cameras = (cameras,)
-        cameras = tuple(cameras)
-        known = cell.camera_names
-        if not cameras or len(set(cameras)) != len(cameras):
-            raise ConfigError(f"cameras = {cameras!r}: expected a non-empty list of distinct names from {known}")
-        for name in cameras:
-            if name not in known:
-                raise ConfigError(f"cameras = {name!r}: expected one of {known}")
+        cameras = check_cameras(cameras, cell)
         if not (_is_size(width) and _is_size(height)):
             raise ConfigError(f"resolution = {(width, height)!r}: expected (width, height) integers in "
                               f"[1, {MAX_RESOLUTION}]")
