@@ -207,8 +207,9 @@ class ObjectCentricCfg:
     # in simulation), no estimator: a diagnostic that measures the head's closed loop without perception's error.
     perception: str = "camera"
     # The located object's height on the belt: the belt's top plus the estimated half height (see
-    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off in checkpoints from before it
-    # existed (so they play as they were measured); on in configs/train/config.yaml.
+    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off by default: on held-out demos it
+    # removed the capsule's height bias but a size misjudged while the arm hides the object lifts the located
+    # point by centimetres (docs/results.md).
     height_from_size: bool = False
 
     def validate(self) -> ObjectCentricCfg:

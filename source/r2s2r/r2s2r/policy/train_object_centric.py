@@ -45,7 +45,7 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute",
                     "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
-                    "object_centric.action_frame", "object_centric.estimator_from")
+                    "object_centric.action_frame", "object_centric.estimator_from", "object_centric.height_from_size")
 # Fields that shape the estimator's weights: a checkpoint given as `object_centric.estimator_from` must agree on them.
 ESTIMATOR_SHAPE_FIELDS = ("policy.cameras", "policy.image_size", "object_centric.keypoints")
 
