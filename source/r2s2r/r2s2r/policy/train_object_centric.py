@@ -80,11 +80,16 @@ def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
 def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, control_hz: float) -> np.ndarray:
     """The tracker's state (T, TRACKED_DIM) at every step of every demo of `d`, from its measurements."""
     tracker = BeltTracker(1.0 / control_hz)
+    return run_tracker(d, tracker, lambda t: tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT])))
+
+
+def run_tracker(d: LoadedDataset, tracker, update) -> np.ndarray:
+    """(T, TRACKED_DIM): `update(t)` at every step of every demo of `d`, `tracker` reset where each demo starts."""
     out = np.zeros((len(d), TRACKED_DIM))
     for t in range(len(d)):
         if t == d.demo_start[t]:
             tracker.reset()
-        out[t] = tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]))
+        out[t] = update(t)
     return out
 
 
@@ -269,12 +274,7 @@ class ObjectCentricTrainer:
         if oc.perception == "camera":
             return track(d, *measure(self.model, self.locator, self.camera, d)[:2], oc.control_hz)
         tracker = ExactTracker(1.0 / oc.control_hz)
-        out = np.zeros((len(d), TRACKED_DIM))
-        for t in range(len(d)):
-            if t == d.demo_start[t]:
-                tracker.reset()
-            out[t] = tracker.update(d.labels[t])
-        return out
+        return run_tracker(d, tracker, lambda t: tracker.update(d.labels[t]))
 
     def prepare_head(self) -> None:
         """The head's training data: the tracker run over every demo (as deployed), action chunks relative to the
