@@ -2,13 +2,13 @@
 real-only baseline and the co-trained policies, the real-side evaluation, and the 2x2 table.
 
 Examples:
-  python scripts/experiment.py --scale smoke                # minutes: checks the pipeline makes the full table
-  python scripts/experiment.py --scale study --jobs 2       # the object-centric policy: 100 real + 200 sim, ~6 h
+  python scripts/experiment.py --scale smoke                # checks the pipeline makes the full table
+  python scripts/experiment.py --scale study --jobs 2       # the object-centric policy: 100 real + 200 sim
   python scripts/experiment.py --scale medium --jobs 2      # flow transformer, 100 real + 100 sim, 50 trials
   python scripts/experiment.py --scale paper --run-dir /data/r2s2r/paper   # the study's scale, over several runs
 
 Scales (r2s2r/experiment.py SCALES): smoke, study (the object-centric policy on a 128^2 head view), medium (the
-flow transformer at 64^2, at the floor on this CPU), paper (100 real + 1,500 simulated per configuration, the
+flow transformer at 64^2, sized for a CPU machine), paper (100 real + 1,500 simulated per configuration, the
 10-real diagnostic). Stages: collect_real.py, generate.py per configuration, train.py per policy, evaluate.py per
 policy on the real side and in the grounded and ungrounded sim worlds (sim as evaluator), then the report.
 

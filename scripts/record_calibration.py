@@ -47,13 +47,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "else configs/world/reality.yaml)")
     p.add_argument("--views", type=cli.int_in(6, 1000), default=30, help="chessboard views per head (pinhole) camera")
     p.add_argument("--fisheye-views", type=cli.int_in(6, 1000), default=60,
-                   help="chessboard views per wrist (fisheye) camera: the detector finds the board in about three "
-                   "in four, and 60 keep the focal error under 1%%")
+                   help="chessboard views per wrist (fisheye) camera: more than a head camera's, as the detector "
+                   "misses the board in some of them and the fisheye's focal length needs many peripheral views")
     p.add_argument("--image-size", type=cli.int_in(128, 2048), default=512,
                    help="calibration image width and height (pixels)")
     p.add_argument("--arm-poses", type=cli.int_in(10, 10000), default=150,
                    help="arm configurations measured for kinematics (offsets of links 1-2 and 3-4 are nearly "
-                   "parallel: 40 poses leave ~0.4 mm of noise, 150 ~0.2 mm)")
+                   "parallel, so their noise shrinks only with the square root of the count)")
     p.add_argument("--seed", type=cli.seed, default=0, help="seed of the board poses and arm configurations")
     return p.parse_args(argv)
 

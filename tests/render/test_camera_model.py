@@ -15,7 +15,8 @@ try:
 except ImportError:  # not installed into the venv: import from the source tree
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "source" / "r2s2r"))
 
-from r2s2r.cell.spec import FISHEYE, LensCfg  # noqa: E402
+from r2s2r.cell.spec import (FISHEYE, LensCfg, fisheye_angle, fisheye_slope, focal_from_fov,  # noqa: E402
+                              fov_from_focal, intrinsics_in_pixels, normalised_intrinsics)
 from r2s2r.core import ConfigError  # noqa: E402
 from r2s2r.render.camera_model import MAX_RAY_ANGLE_DEG, CameraModel  # noqa: E402
 
@@ -47,6 +48,28 @@ def test_intrinsics_are_normalised_by_width_and_height():
     np.testing.assert_allclose(k, [[0.42 * W, 0, 0.47 * W], [0, 0.5 * H, 0.53 * H], [0, 0, 1]])
     np.testing.assert_array_equal(cm.distortion_coeffs(), FISHEYE_LENS.distortion)
     np.testing.assert_array_equal(CameraModel(PINHOLE_LENS, W, H).distortion_coeffs(), np.zeros(4))
+
+
+@pytest.mark.parametrize("lens", [FISHEYE_LENS, PINHOLE_LENS])
+def test_pixel_intrinsics_round_trip(lens):
+    pixels = intrinsics_in_pixels(lens.fx, lens.fy, lens.cx, lens.cy, W, H)
+    k = CameraModel(lens, W, H).intrinsic_matrix()
+    assert pixels == (k[0, 0], k[1, 1], k[0, 2], k[1, 2])
+    assert normalised_intrinsics(*pixels, W, H) == pytest.approx((lens.fx, lens.fy, lens.cx, lens.cy), rel=1e-15)
+
+
+@pytest.mark.parametrize("fov", [5.0, 45.0, 90.0, 150.0, 179.0])
+def test_field_of_view_round_trips(fov):
+    assert fov_from_focal(focal_from_fov(fov)) == pytest.approx(fov, rel=1e-12)
+    assert focal_from_fov(fov_from_focal(1 / fov)) == pytest.approx(1 / fov, rel=1e-12)
+    assert focal_from_fov(90.0) == pytest.approx(0.5)  # tan(45 degrees) = 1: the image side is twice the focal length
+
+
+def test_fisheye_slope_is_the_derivative_of_the_angle():
+    theta, eps, k = np.linspace(0.0, 1.4, 57), 1e-6, FISHEYE_LENS.distortion
+    numeric = (fisheye_angle(theta + eps, k) - fisheye_angle(theta - eps, k)) / (2 * eps)
+    np.testing.assert_allclose(fisheye_slope(theta, k), numeric, rtol=0, atol=1e-8)
+    np.testing.assert_array_equal(fisheye_angle(theta, (0.0,) * 4), theta)  # no distortion: equidistant
 
 
 def test_fisheye_projection_matches_opencv():

@@ -88,7 +88,7 @@ def test_lens_attributes_equal_isaac_labs_authoring(kind):
     theirs = UsdGeom.Camera.Define(stage, "/theirs").GetPrim()
     ours = UsdGeom.Camera.Define(stage, "/ours").GetPrim()
     _author_opencv_distortion(theirs, cfg)
-    rtx.author_lens_distortion(ours, lens, w, h)
+    usd.author_lens_distortion(ours, lens, w, h)
 
     def authored(prim):
         return {a.GetName(): (str(a.GetTypeName()), a.Get()) for a in prim.GetAuthoredAttributes()}
@@ -96,14 +96,9 @@ def test_lens_attributes_equal_isaac_labs_authoring(kind):
     assert authored(ours) == authored(theirs)
     assert ours.GetMetadata("apiSchemas") == theirs.GetMetadata("apiSchemas")
     assert len(authored(ours)) == {"fisheye": 2 + 4 + 4, "pinhole": 2 + 4 + 12}[kind]
-    prefix = f"omni:lensdistortion:{rtx._LENS_SCHEMAS[kind][0]}"
+    prefix = f"omni:lensdistortion:{usd.LENS_DISTORTION_SCHEMAS[kind][0]}"
     assert ours.GetAttribute(f"{prefix}:fx").Get() == pytest.approx(lens.fx * w, rel=1e-6)
     assert ours.GetAttribute(f"{prefix}:cy").Get() == pytest.approx(lens.cy * h, rel=1e-6)
-
-
-def test_lens_is_validated():
-    with pytest.raises(ConfigError, match="lens.fx"):
-        rtx.lens_distortion(LensCfg(fx=50.0), 64, 64)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -65,12 +65,12 @@ SCALES = {
     "smoke": Scale(real_demos=2, sim_trajectories=2, train_steps=10, eval_trials=5, sim_eval_trials=5,
                    cameras=("right_wrist",), image_size=32, batch_size=8, max_steps=30,
                    policy=("policy.dim=32", "policy.heads=2", "policy.obs_layers=1", "policy.action_layers=1")),
-    # Sized to finish within about two hours on a 2-core CPU machine (measured stage times in docs/results.md): the
-    # twin renders its residual gap (shadows, clutter) at ~45 ms per camera image there, so one camera.
+    # Sized for a 2-core CPU machine (stage times in docs/results.md): rendering the twin's residual gap (shadows,
+    # clutter) dominates there, so one camera.
     "medium": Scale(real_demos=100, sim_trajectories=100, train_steps=2000, eval_trials=50, sim_eval_trials=10,
                     cameras=("head_left",)),
     # The study at a scale where policies pick (docs/results.md): the object-centric policy on a 128^2 head view,
-    # 100 real demos, 200 simulated trajectories per configuration; ~6 h on a 2-core CPU machine.
+    # 100 real demos, 200 simulated trajectories per configuration.
     "study": Scale(real_demos=100, sim_trajectories=200, train_steps=3000, eval_trials=50, sim_eval_trials=20,
                    cameras=("head_left",), image_size=128,
                    policy=("policy.kind=object_centric", "policy.chunk=16", "policy.execute=4",

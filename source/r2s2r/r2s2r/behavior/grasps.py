@@ -11,10 +11,10 @@ by a few edges (Miller & Allen, GraspIt!, 2004, do the same).
 
 All poses are in the object's body frame, which stands upright on the belt (z up).
 
-Synthesis takes about 0.35 s per object on the 2-core machine, which every worker process of a generation run would
-pay again for every object: with `cache=True`, finished candidate lists are kept on disk
-(`files.cache_dir()/grasps`), keyed by the model's geometry, the object, the settings, this module's source and the MuJoCo
-version, so the same grasps are read back, bit for bit, by every later process.
+Synthesis is slow next to an episode's planning, and every worker process of a generation run would pay it again
+for every object: with `cache=True`, finished candidate lists are kept on disk (`files.cache_dir()/grasps`), keyed by
+the model's geometry, the object, the settings, this module's source and the MuJoCo version, so the same grasps are
+read back, bit for bit, by every later process.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ class GraspGeneratorCfg:
             and prefers wrapping grasps).
         span_weight: score for wrapping the fingers across a box's narrowest horizontal span, scaled by
             narrowest / this span: the curling fingers hold a short span from both sides, while on a long one
-            their tips only catch its end edges (the cuboid held along its length slipped out on the belt). Round
-            shapes get no such term: the capsule held along its length was the one that stayed in the hand.
+            their tips only catch its end edges (a cuboid held along its length slips out on the belt). Round
+            shapes get no such term: a capsule held along its length stays in the hand.
     """
 
     yaw_samples: int = 4

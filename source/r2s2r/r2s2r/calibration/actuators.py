@@ -13,8 +13,8 @@ arm clear of everything, and nothing else in the cell acts on it. A second pass 
 neighbours at their first-pass values, because a moving joint shakes the others through the inertia coupling.
 
 The latency is chosen by the fit itself, not before it: a drive softer than the nominal one rises later, which a
-later latency with the nominal drive imitates (with every gain 23 % soft, onsets scored with the nominal drive
-picked one step too many, and every parameter fitted after that was wrong). Every candidate latency is screened by
+later latency with the nominal drive imitates (onsets scored with the nominal drive can pick a step too many, and
+every parameter fitted after that is wrong). Every candidate latency is screened by
 fitting the drive on the opening of each joint's response (its step and hold: the latency, gain, damping and
 friction all show there), and the best `REFINED` candidates are fitted in full; the one whose windows the fit
 reproduces best wins.
@@ -39,7 +39,7 @@ MAX_LATENCY = 20  # physics steps; what `ArmCfg.validate` accepts
 FIT_PASSES = 2
 REFINED = 2  # candidate latencies fitted in full after screening
 # Function evaluations per joint when screening a candidate latency: enough for the true latency to rank among the
-# best `REFINED` (first in every case measured, the runner-up's residual 13x or more), where the full fits decide.
+# best `REFINED`, where the full fits decide; a wrong latency misses by far more than the screen's slack.
 SCREEN_NFEV = 4
 
 # Excitation layout, per joint (seconds): step up, ramp down through home, hold, chirp, settle at home.
@@ -49,9 +49,8 @@ RAMP = 0.15
 LOW_HOLD = 0.10
 CHIRP = 0.25
 # Each joint settles until the arm and the fingers are at rest again: a window's fit starts from the encoders alone,
-# at rest. After 0.15 s, the elbow of a truth with a fifth of the nominal friction was still moving (simulated with
-# its true drive, its window missed the log by 1.7 encoder ticks RMS against 0.29 for the others) and its friction
-# was fitted 34 % high; after 0.5 s every window is at the 0.29-tick quantisation floor and it is within 0.9 %.
+# at rest. A joint with little friction keeps moving after a short settle; the next window then starts from motion
+# the fit cannot see, and its friction comes out high. This settle leaves even such a joint at rest.
 SETTLE = 0.5
 FIT_TAIL = 0.15  # of the settle, the part each joint's fit window keeps (the rest is rest: it costs, tells nothing)
 CHIRP_HZ = (2.0, 10.0)

@@ -10,9 +10,10 @@ away on either side (their leak into a blurred profile is unequal when perspecti
 squares unequal, and would pull a lone-step estimate toward the narrower one) and, beyond an outer line's outer
 square, the white margin; clipped samples carry no weight. The blur is fitted per profile, then held at each
 line's median while the profiles are fitted again (a blur that spans much of a square otherwise trades off against
-the contrast). Each line is a straight line through its edge positions, or a quadratic where the edges are clearly curved (the image of a straight line through a fisheye; a quadratic
-follows it to ~0.01 px across a board), with an offset between the two edge polarities left out (dark squares that
-look larger or smaller than light ones: blooming, clipped highlights). Each corner is the intersection of its row and
+the contrast). Each line is a straight line through its edge positions, or a quadratic where the edges are clearly
+curved (the image of a straight line through a fisheye, which a quadratic follows closely over one board), with an
+offset between the two edge polarities left out (dark squares that look larger or smaller than light ones:
+blooming, clipped highlights). Each corner is the intersection of its row and
 column lines. Averaging along whole lines suppresses what disturbs single corners: sensor noise, and the staircase of
 an image rendered without anti-aliasing. Corners are listed in OpenCV's row-major order, starting from the grid
 corner nearest the image's top-left, so two images of the board from similar viewpoints list the same physical
@@ -56,7 +57,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from r2s2r.calibration import CalibrationError
-from r2s2r.cell.spec import BOARD_CARD_DEPTH, BoardCfg
+from r2s2r.cell.spec import BOARD_CARD_DEPTH, BoardCfg, intrinsics_in_pixels, normalised_intrinsics
 from r2s2r.geometry import mat_to_rpy, rpy_to_mat
 from r2s2r.render.camera_model import BLUR_REFERENCE_WIDTH
 
@@ -79,22 +80,19 @@ SATURATED = 254.0  # profile samples at or above this (8-bit) are left out of th
 # floor.
 VIEW_OUTLIER_FACTOR = 2.0
 VIEW_OUTLIER_FLOOR_PX = 0.1
-# Detection under blur: Wiener deconvolution by Gaussians of these sigmas (px at `BLUR_REFERENCE_WIDTH`, the
-# sampled truths' blur reaches 2.2) at this signal-to-noise power ratio. On a wrist fisheye blurred by 1.9 (7.6 px
-# at 512 px), the plain detector finds the board in 2 of 20 views; deconvolved by 1.5-2.0, in 16-17.
+# Detection under blur: Wiener deconvolution by Gaussians of these sigmas (px at `BLUR_REFERENCE_WIDTH`, spanning
+# the blur the sampled truths' lenses reach) at this signal-to-noise power ratio. A strongly blurred wrist fisheye
+# hides the pattern from the plain detector in most views; the deconvolved copy shows it again.
 DECONVOLUTION_SIGMAS = (0.75, 1.25, 1.75, 2.25)
 DECONVOLUTION_SNR = 1000.0
 # A corner is measurable where every square beside it spans at least this many edge widths (blur sigmas): below,
-# the blurred edges on either side of a square merge and pull the lines toward each other. On a wrist fisheye
-# blurred by 7.6 px, views whose narrowest square was above the bound had corners within 0.1-0.4 px of the true
-# projection (one of 14 at 1.3 px), views below it 0.5-3.2 px.
+# the blurred edges on either side of a square merge and pull the lines toward each other, moving the corner by
+# pixels rather than tenths of one.
 MIN_SQUARE_WIDTHS = 2.2
 # A corner whose reprojection error exceeds this multiple of the median corner's, and the floor, is left out and the
-# fit repeated. Blurred fisheyes have a tail of corners off by 1-5 px where a line was pulled by merging edges: on
-# the left wrists of sampled truths 0 and 7 (blur 7-7.6 px at 512 px) the RMS falls from 0.50 / 0.52 to 0.18 / 0.23
-# px and the focal error moves from +0.04 / +0.01 to +0.42 / +0.37 % (at 3x: 0.14 / 0.18 px, +0.43 / +0.42 %). The
-# floor keeps a sharp lens's corners however small its median: on reality.yaml's right wrist 17 of 2,784 corners lie
-# beyond 0.5 px (RMS 0.112 -> 0.093 px, focal length within 0.03 % either way).
+# fit repeated. Blurred fisheyes have a tail of corners off by pixels where a line was pulled by merging edges; left
+# in, they dominate the residual the intrinsics' self-check compares with its noise floor. The floor keeps a sharp
+# lens's corners however small its median: there the few beyond the factor are noise, not pulled lines.
 CORNER_OUTLIER_FACTOR = 5.0
 CORNER_OUTLIER_FLOOR_PX = 0.5
 MIN_MEASURABLE = 0.5  # fraction of corners a view must have measurable to be used at all
@@ -128,8 +126,8 @@ class IntrinsicsEstimate:
 
     def camera_matrix(self) -> np.ndarray:
         """3x3 camera matrix K in pixels at (`width`, `height`)."""
-        return np.array([[self.fx * self.width, 0.0, self.cx * self.width],
-                         [0.0, self.fy * self.height, self.cy * self.height], [0.0, 0.0, 1.0]])
+        fx, fy, cx, cy = intrinsics_in_pixels(self.fx, self.fy, self.cx, self.cy, self.width, self.height)
+        return np.array([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]])
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -451,8 +449,8 @@ def _fit_family(gray: np.ndarray, family: list[_Line], sigma0: float, move: bool
     lines = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
     # The blur is the lens's and changes little along a line, so each line's profiles are fitted again with its
     # median width held. Where the blur is a large fraction of a square, a profile's own width trades off against
-    # its contrast and scatters (a wrist fisheye blurred by 7.6 px, squares of 17 px: a third of the profiles
-    # unusable), while the edge, where the profile crosses the middle of its levels, stays well determined.
+    # its contrast and scatters (on a strongly blurred wrist fisheye, enough to leave many profiles unusable), while
+    # the edge, where the profile crosses the middle of its levels, stays well determined.
     widths = [first[1][k][first[4][k]] if first[4][k].any() else first[1][k] for k in lines]
     held = np.concatenate([np.full(k.stop - k.start, np.median(w)) for k, w in zip(lines, widths)])
     results = _edge_fit(*joined[2:], held, free_sigma=False)
@@ -574,8 +572,7 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
         worst = int(np.argmax(view_rms))
         limit = max(VIEW_OUTLIER_FACTOR * float(np.median(view_rms)), VIEW_OUTLIER_FLOOR_PX)
         # Fisheye views are all kept: the ones with the largest residuals are the tilted, peripheral views that
-        # pin the focal length against the distortion, and dropping them biased it (measured over eight twin
-        # truth/seed cases: worst focal error 1.57 % with rejection, 0.71 % keeping every found view of 60).
+        # pin the focal length against the distortion, so dropping them biases it.
         if model == "fisheye" or view_rms[worst] <= limit or len(views) <= min_views:
             break
         del views[worst]  # one at a time: an outlier drags the fit, so the others' errors change once it is gone
@@ -589,9 +586,10 @@ def calibrate_intrinsics(images, board: BoardCfg, model: str, min_views: int = 6
         k_mat, dist, residuals = _calibrate(model, kept, width, height, where)
     rms = float(np.sqrt(np.mean(np.concatenate(residuals) ** 2)))
     dist4 = tuple(float(d) for d in dist) if model == "fisheye" else (0.0, 0.0, 0.0, 0.0)
-    return IntrinsicsEstimate(model, float(k_mat[0, 0] / width), float(k_mat[1, 1] / height),
-                              float(k_mat[0, 2] / width), float(k_mat[1, 2] / height), dist4, rms, len(views),
-                              len(images) - len(views), int(width), int(height), dropped)
+    fx, fy, cx, cy = normalised_intrinsics(float(k_mat[0, 0]), float(k_mat[1, 1]), float(k_mat[0, 2]),
+                                           float(k_mat[1, 2]), width, height)
+    return IntrinsicsEstimate(model, fx, fy, cx, cy, dist4, rms, len(views), len(images) - len(views), int(width),
+                              int(height), dropped)
 
 
 def _common_shape(images: list, where: str, what: str) -> tuple[int, ...] | None:

@@ -10,9 +10,9 @@ leaves an expected mean squared residual of s^2 (n - p) / n per measurement; the
 sqrt(3) times the per-axis figure. The noise figures are the instruments' (r2s2r.calibration.rig).
 
 Bound = SAFETY x floor. Noise alone rarely reaches it: the smallest sample, a rigid fit of six points (12 degrees
-of freedom), exceeds 1.8x its floor with probability 1e-4. The failures it must catch are well above it: a latency
-one step off left the actuator fit at 43x its floor, a base fiducial measured 5 mm off its mark leaves the
-registration at 4.3x.
+of freedom), exceeds 1.8x its floor with probability 1e-4. The failures it must catch leave residuals well above it:
+a latency one step off misplaces every onset of the actuator fit, and a fiducial surveyed millimetres off its mark
+is several times the tracker's noise.
 """
 
 from __future__ import annotations

@@ -75,11 +75,11 @@ def kinematic_poses(count: int = 40, seed: int = 0) -> np.ndarray:
     configurations are picked greedily to minimise the summed variance of the seven fitted offsets (A-optimal
     design, with the base-tilt nuisance included). Random configurations leave the offsets of neighbouring links,
     whose origin vectors are nearly parallel, poorly separated; the chosen set spreads the arm over postures that
-    tell them apart, which at 40 configurations cuts the offsets' standard deviation by about a fifth.
+    tell them apart.
 
-    How many to ask for: with the tracker's 0.3 mm noise per axis, 40 configurations leave the first two offsets
-    (whose origin vectors are nearly parallel) with a standard deviation near 0.38 mm, 150 near 0.2 mm; a 0.5 mm
-    accuracy on every offset needs 120 or more.
+    How many to ask for: the first two offsets (whose origin vectors are nearly parallel) are the least determined;
+    their standard deviation is a multiple of the tracker's 0.3 mm noise per axis and shrinks with the square root
+    of `count`.
 
     Args:
         count: number of configurations (at least 10: the fit has 10 unknowns and wants redundancy).

@@ -197,7 +197,8 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
     part of the session it worked on. Each fit's residual is checked against the floor its instruments' noise
     leaves (`r2s2r.calibration.checks`): one above its bound stops grounding; the residuals and bounds are returned
     under `self_checks`. The geometry and dynamics estimators run first, being quick: a bad recording there stops
-    grounding before the cameras' minutes of work."""
+    grounding before the cameras' minutes of work. The cell is checked as any world is, where its file is read
+    (`r2s2r.cell.world.check_world`): `scripts/calibrate.py` reads `grounded_world_data` back before publishing it."""
     from r2s2r.calibration import actuators, appearance, belt, camera, checks, kinematics, registration
     from r2s2r.calibration.rig import (ENCODER_RESOLUTION, OBJECT_TRACKER_NOISE, SCALE_NOISE, TRACKER_NOISE, SimRig,
                                        corner_noise)
@@ -338,7 +339,7 @@ def ground(session_path: Path, start: World, progress: Callable[[str], None] | N
             cell = cell.replace(colours=appearance.estimate_colours(scenes, cell, cam_name))
             cell = cell.replace(lighting=appearance.estimate_lighting(scenes, cell, cam_name))
     residuals["self_checks"] = self_checks
-    return cell.validate(), residuals
+    return cell, residuals
 
 
 class _Stage:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from r2s2r.cell.spec import CellCfg
+from r2s2r.cell.spec import CellCfg, fisheye_angle
 from r2s2r.cell.world import calibrated_paths, get_path
 
 
@@ -79,10 +79,8 @@ def parameter_errors(world: CellCfg, truth: CellCfg) -> dict[str, float]:
 
 
 def distorted_angle(k: np.ndarray, max_angle: float = 1.2) -> np.ndarray:
-    """Kannala-Brandt theta_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8) on a grid of angles."""
-    theta = np.linspace(0.0, max_angle, 25)
-    t2 = theta * theta
-    return theta * (1 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))))
+    """The fisheye's distorted angle (`fisheye_angle`) on a grid of ray angles up to `max_angle` radians."""
+    return fisheye_angle(np.linspace(0.0, max_angle, 25), k)
 
 
 def axis_units() -> dict[str, str]:

@@ -31,26 +31,24 @@ CALIBRATION_BOARD = BoardCfg()
 _DATASHEET_LENSES = {c.name: c.lens for c in CellCfg().cameras}
 # Calibration images are drawn at a multiple of their size and resampled through the lens: a real sensor integrates
 # light over each pixel, while a single-sample render magnified by a fisheye's centre shows staircase edges that
-# bias corner positions. Measured against the true projection at 512 px: fisheye corner errors 0.5-0.9 px without
-# supersampling, 0.2-0.35 px at 2x (focal errors up to 1.5 %), 0.08-0.2 px at 4x (focal within 0.9 %); pinhole
-# corners are within 0.05 px at 2x.
+# bias corner positions, and through them the focal length. A fisheye magnifies its centre most, so it is drawn at
+# the higher factor.
 CALIBRATION_SUPERSAMPLE = {"pinhole": 2, "fisheye": 4}
 # What corner detection then achieves (RMS 2-D error against the true projection, px at 512 px, at the factors above):
 # the noise a camera's reprojection residual is compared with.
 CORNER_NOISE_PX = {"pinhole": 0.05, "fisheye": 0.2}
 # Blur spreads each edge over more pixels and the corners scatter with it: corner noise grows by about this much per
-# pixel of blur sigma at the calibration resolution (a head camera at 8.8 px of blur at 512 px, the sampled truths'
-# widest, leaves 0.14 px of reprojection RMS against 0.03 px for a sharp one).
+# pixel of blur sigma at the calibration resolution.
 CORNER_NOISE_PER_BLUR_PX = 0.01
 # How far from the lens the operator holds the board (m). Near enough for the head cameras' squares to span 25-45 px
-# at 512 px, so the pattern survives a blurred lens: at 2.2 px of blur (at 128 px, the top of the sampled truths'
-# range), 22 of 30 views are found at 0.25-0.45 m, 11 at 0.3-0.5 m and 4 at the 0.45-0.75 m used before.
+# at 512 px, so the pattern survives the blurriest lens of the sampled truths' range; further away, blur merges the
+# squares' edges and the detector loses most views.
 HEAD_BOARD_DISTANCE = (0.25, 0.45)
 WRIST_BOARD_DISTANCE = (0.12, 0.22)
 # Where the crew parks each arm (joint angles, rad) for its wrist camera's board views. At home the hand's shadow
-# falls on every board held within 0.25 m of the wrist camera; here, of boards held 0.14-0.3 m away, 64 % are
-# whole in view, lit by the key lamp (face within 66 deg of it) and free of shadow, on either arm. Found by a
-# random search over postures near home, scored by that fraction (reality.yaml, no contact with the cell).
+# falls on every board held near the wrist camera; here most boards held 0.14-0.3 m away are whole in view, lit by
+# the key lamp (face within 66 deg of it) and free of shadow, on either arm. Found by a random search over postures
+# near home, scored by the fraction of such boards (reality.yaml, no contact with the cell).
 WRIST_CALIBRATION_POSTURE = {"right": (-0.808, -1.243, 2.076, 0.433, 1.463, 2.985, -0.893),
                              "left": (1.584, 0.892, -1.179, 0.781, 2.779, 3.711, -1.615)}
 # The board's face is turned toward each shadow-casting lamp by at least this cosine: a face lit at grazing

@@ -27,16 +27,16 @@ def conveyor_points(belt: BeltCfg) -> np.ndarray:
 
 # The stands the chessboard is clamped to for extrinsic calibration, one image per stand: board-centre position and
 # roll-pitch-yaw in the world frame, the printed face turned toward the head cameras. Surveyed once when the cell was
-# installed. Several stands at different depths and sides: one board spanning ~110 px at 512 px put the head cameras
-# 1.2-4.5 mm and up to 0.37 deg off on the two truths (the focal error trades against depth); all of them together
-# 0.1-2.0 mm and below 0.09 deg. Turned around, the board's grey card on them measures the lamps.
+# installed. Several stands at different depths and sides: from a single board, a camera's distance along its axis
+# trades against its focal error; stands at several depths and sides pin both down. Turned around, the board's grey
+# card on them measures the lamps.
 BOARD_FIXTURE_POSES = (
     ((0.0, -0.36, 0.45), (0.53, 0.0, 0.0)),
     ((0.0, -0.45, 0.60), (0.70, 0.0, 0.0)),  # further and higher: the board spans more of the image
     ((0.0, -0.20, 0.30), (0.25, 0.0, 0.0)),  # nearer and lower
     ((0.14, -0.36, 0.45), (0.53, 0.0, 0.2)),  # to the side, turned toward the cameras
     # Near the head cameras (0.32 and 0.40 m along their axis), facing them: squares of 25-30 px at 512 px, where a
-    # blurred lens still shows the pattern (at 1.7-2.2 px of blur at 128 px the four stands above are lost).
+    # strongly blurred lens still shows the pattern that the four stands above lose to the blur.
     ((0.028, -0.511, 0.751), (0.655, 0.0, -0.144)),
     ((0.134, -0.463, 0.689), (0.719, 0.0, -0.516)),
 )

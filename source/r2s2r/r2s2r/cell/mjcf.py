@@ -19,7 +19,6 @@ import numpy as np
 
 from r2s2r.cell import robots
 from r2s2r.cell.spec import BOARD_CARD_DEPTH, ArmCfg, BinCfg, BoardCfg, CellCfg, ObjectCfg
-from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, rpy_to_mat, rpy_to_quat
 
 STATIC, OBJECT, ROBOT = 1, 2, 4
@@ -83,19 +82,6 @@ RING_RGBA = (0.35, 0.37, 0.4, 1.0)
 HAND_RGBA = (0.2, 0.2, 0.22, 1.0)
 
 
-def _check_mount(cfg: ArmCfg) -> None:
-    """The palm must lie beyond the flange face: a mount that sinks it into link7 is physically impossible."""
-    hand = robots.wuji_right()
-    r = rpy_to_mat(cfg.hand_mount.rpy)
-    corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * hand.palm_box_half
-    pts = (corners + hand.palm_box_center) @ r.T + np.asarray(cfg.hand_mount.pos)
-    if pts[:, 2].min() < -1e-3:
-        raise ConfigError(
-            f"arms.{cfg.name}.hand_mount = {cfg.hand_mount}: the palm reaches {pts[:, 2].min() * 1000:.1f} mm "
-            "behind the flange face into link7; expected a mount whose palm box lies at flange z >= 0"
-        )
-
-
 def _add_arm(spec: mujoco.MjSpec, cell: CellCfg, cfg: ArmCfg):
     facts = robots.rizon4s()
     side = cfg.name
@@ -127,7 +113,6 @@ def _add_arm(spec: mujoco.MjSpec, cell: CellCfg, cfg: ArmCfg):
         parent = body
     flange_rot = rpy_to_mat(facts.flange_rpy)
     parent.add_site(name=f"{side}_flange", pos=facts.flange_xyz, quat=mat_to_quat(flange_rot), size=[0.01, 0, 0])
-    _check_mount(cfg)
     mount_rot = flange_rot @ rpy_to_mat(cfg.hand_mount.rpy)
     mount_pos = facts.flange_xyz + flange_rot @ np.asarray(cfg.hand_mount.pos)
     palm = parent.add_body(name=f"{side}_palm", pos=mount_pos, quat=mat_to_quat(mount_rot), gravcomp=1.0)
@@ -256,7 +241,8 @@ def _add_camera(spec: mujoco.MjSpec, cam, palms: dict) -> None:
 
 
 def build_spec(cell: CellCfg) -> mujoco.MjSpec:
-    cell.validate()
+    """The cell as an `MjSpec`. `cell` is one `CellCfg.validate` accepted where it was read (a world file, a task
+    configuration); nothing here checks it again."""
     spec = mujoco.MjSpec()
     spec.modelname = "r2s2r_conveyor_cell"
     p = cell.physics

@@ -69,8 +69,8 @@ def _inertial(entry: dict) -> Inertial:
 def _facts() -> dict:
     path = assets_dir() / "robots" / "robots.yaml"
     with open(path) as f:
-        # libyaml's scanner (PyYAML's wheels include it): the same document as safe_load, 7x faster on this file,
-        # which every generation worker reads at start.
+        # libyaml's scanner (PyYAML's wheels include it): the same document as safe_load, several times faster on
+        # this file, which every generation worker reads at start.
         return yaml.load(f, Loader=yaml.CSafeLoader)
 
 

@@ -82,6 +82,7 @@ class ArmCfg:
         prefix = f"arms.{self.name}"
         self.base.validate(f"{prefix}.base", CELL_EXTENT)
         self.hand_mount.validate(f"{prefix}.hand_mount", MOUNT_REACH)
+        self._check_palm_beyond_flange(f"{prefix}.hand_mount")
         check_number(f"{prefix}.home_q", self.home_q, -ANGLE_LIMIT, ANGLE_LIMIT, "rad", n=ARM_DOF)
         # The Rizon 4s joints give at most 123 N*m (URDF efforts): a joint stiffness beyond 1e4 N*m/rad, damping
         # beyond 1e3 N*m*s/rad or a Coulomb friction beyond 50 N*m is not something its joint impedance delivers.
@@ -94,6 +95,20 @@ class ArmCfg:
         check_number(f"{prefix}.latency_steps", self.latency_steps, 0, 20, "physics steps", integer=True)
         # Manufacturing tolerances of the links are millimetres; +-2 cm is already a different arm.
         check_number(f"{prefix}.link_length_offsets", self.link_length_offsets, -0.02, 0.02, "m", n=ARM_DOF)
+
+    def _check_palm_beyond_flange(self, where: str) -> None:
+        """The palm must lie beyond the flange face: a mount that sinks it into link7 is physically impossible."""
+        import numpy as np
+
+        from r2s2r.cell.robots import HandFacts
+        from r2s2r.geometry import rpy_to_mat
+
+        signs = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+        corners = signs * HandFacts.palm_box_half + HandFacts.palm_box_center
+        lowest = float((corners @ rpy_to_mat(self.hand_mount.rpy).T + np.asarray(self.hand_mount.pos))[:, 2].min())
+        if lowest < -1e-3:
+            raise ConfigError(f"{where} = {self.hand_mount}: the palm reaches {lowest * 1000:.1f} mm behind the flange "
+                              "face into link7; expected a mount whose palm box lies at flange z >= 0")
 
 
 @dataclass(frozen=True)
@@ -271,8 +286,8 @@ class LensCfg:
     """Intrinsics and image formation of one camera, applied in image space after a pinhole render.
 
     Focal lengths and principal point are normalised by image width (fx, cx) and height (fy, cy) so the same
-    lens works at any resolution. `model="fisheye"` uses the equidistant Kannala-Brandt model
-    r = theta * (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8), as OpenCV's fisheye module does;
+    lens works at any resolution (`intrinsics_in_pixels`). `model="fisheye"` uses the equidistant Kannala-Brandt
+    model with `distortion` = (k1, k2, k3, k4) (`fisheye_angle`), as OpenCV's fisheye module does;
     `model="pinhole"` ignores `distortion`.
     """
 
@@ -312,12 +327,56 @@ FISHEYE_MIN_FIELD_DEG = 45.0
 
 def _fisheye_fold_deg(k: tuple[float, ...]) -> float | None:
     """The first angle (degrees, on a half-degree grid) within `FISHEYE_MIN_FIELD_DEG` of the axis at which
-    d/dtheta [theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8)] <= 0, or None if there is none."""
+    `fisheye_slope` <= 0, or None if there is none."""
     for step in range(int(2 * FISHEYE_MIN_FIELD_DEG) + 1):
-        t2 = math.radians(step / 2) ** 2
-        if 1 + t2 * (3 * k[0] + t2 * (5 * k[1] + t2 * (7 * k[2] + t2 * 9 * k[3]))) <= 0:
+        if fisheye_slope(math.radians(step / 2), k) <= 0:
             return step / 2
     return None
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The lens model's conversions, each written once: every backend, exporter and estimator goes through these.
+# --------------------------------------------------------------------------------------------------------------
+# `LensCfg.distortion` in order, named as OpenCV's fisheye module (and Isaac Sim's OpenCV fisheye schema) names them.
+DISTORTION_NAMES = ("k1", "k2", "k3", "k4")
+
+
+def fisheye_angle(theta, k):
+    """Kannala-Brandt: the distorted angle theta_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8)
+    of a ray `theta` radians off the axis (a number or a numpy array); the image point lies theta_d focal lengths
+    from the principal point."""
+    t2 = theta * theta
+    return theta * (1 + t2 * (k[0] + t2 * (k[1] + t2 * (k[2] + t2 * k[3]))))
+
+
+def fisheye_slope(theta, k):
+    """d theta_d / d theta of `fisheye_angle`: where it stops being positive the image folds back on itself."""
+    t2 = theta * theta
+    return 1 + t2 * (3 * k[0] + t2 * (5 * k[1] + t2 * (7 * k[2] + t2 * 9 * k[3])))
+
+
+def intrinsics_in_pixels(fx: float, fy: float, cx: float, cy: float, width: int,
+                         height: int) -> tuple[float, float, float, float]:
+    """(fx, fy, cx, cy) normalised as in `LensCfg` -> pixels at `width` x `height` (OpenCV's pixel-centre
+    convention, as the whole lens model uses)."""
+    return fx * width, fy * height, cx * width, cy * height
+
+
+def normalised_intrinsics(fx: float, fy: float, cx: float, cy: float, width: int,
+                          height: int) -> tuple[float, float, float, float]:
+    """The inverse of `intrinsics_in_pixels`: (fx, fy, cx, cy) in pixels at `width` x `height` -> as `LensCfg`."""
+    return fx / width, fy / height, cx / width, cy / height
+
+
+def focal_from_fov(fov_deg: float) -> float:
+    """The focal length, as a fraction of the image side, of a centred pinhole that sees `fov_deg` across it."""
+    return 0.5 / math.tan(math.radians(fov_deg) / 2)
+
+
+def fov_from_focal(focal: float) -> float:
+    """The inverse of `focal_from_fov`: the field of view (degrees) across an image side of a centred pinhole whose
+    focal length is `focal` of that side."""
+    return math.degrees(2 * math.atan(0.5 / focal))
 
 
 Mount = Literal["world", "right_wrist", "left_wrist"]
@@ -425,9 +484,8 @@ def _default_cameras() -> tuple[CameraCfg, ...]:
     # Wrist cameras ride on a ring at the flange, on the palm side (the palm's volar normal is +x, fingers along +z):
     # 6 cm from the wrist axis, just clear of link 7 (5 cm radius), and 2 cm short of the palm's heel, looking along
     # the fingers tilted 20 degrees toward the palm side, image up toward the back of the hand. From there the object
-    # stays in view through the approach, the descent and the closure (measured on the twin's demos: in every control
-    # step of the last second before the hand closes; tests/cell/test_wrist_camera.py). A camera behind the palm saw
-    # it in none of those steps: the palm was in the way.
+    # stays in view through the approach, the descent and the closure (tests/cell/test_wrist_camera.py holds it to
+    # that); a camera behind the palm would have the palm in the way just as the hand closes.
     tilt = math.radians(20)
     wrist_pose = Pose((0.06, 0.0, -0.02), look_rpy((math.sin(tilt), 0.0, math.cos(tilt)), (-1.0, 0.0, 0.0)))
     return (
@@ -485,7 +543,7 @@ class BoardCfg:
 @dataclass(frozen=True)
 class PhysicsCfg:
     """Solver options. Elliptic friction cones with impratio 10 are MuJoCo's advice for grasping: with pyramidal
-    cones and impratio 1, round objects crept out of the Wuji hand's grasp (14/20 vs 5/20 scripted successes)."""
+    cones and impratio 1, round objects creep out of the Wuji hand's grasp."""
 
     timestep: float = 0.002
     integrator: Literal["implicitfast", "Euler", "RK4", "implicit"] = "implicitfast"

@@ -40,17 +40,17 @@ Geoms with a non-zero contype or conaffinity get CollisionAPI and a friction mat
 (N*m/rad) is written as kp * pi / 180 (N*m/deg), damping likewise. Robot links with gravity compensation get
 PhysX's `physxRigidBody:disableGravity`, which is what MuJoCo's gravcomp = 1 does.
 
-Cameras: the vertical aperture is fixed at VERTICAL_APERTURE_MM and focalLength = fy * verticalAperture, since
-the lens' fy is normalised by image height; horizontalAperture = focalLength / fx, so the aperture aspect is
-fy / fx, the image aspect at which the lens has square pixels (1:1 for fx == fy). The principal point becomes
-aperture offsets of (0.5 - cx) and (cy - 0.5) apertures (image v grows down, film y up), ignoring the half-pixel
-difference between OpenCV's pixel-centre convention and USD's continuous film. UsdGeom.Camera has no fisheye
-model, so a fisheye lens is written twice: as our attributes `r2s2r:lens:{model,fx,fy,cx,cy,k1..k4}`
+Cameras (`set_pinhole`): the vertical aperture is fixed at VERTICAL_APERTURE_MM and focalLength = fy *
+verticalAperture, since the lens' fy is normalised by image height; horizontalAperture = focalLength / fx, so the
+aperture aspect is fy / fx, the image aspect at which the lens has square pixels (1:1 for fx == fy). The principal
+point becomes aperture offsets of (0.5 - cx) and (cy - 0.5) apertures (image v grows down, film y up), ignoring the
+half-pixel difference between OpenCV's pixel-centre convention and USD's continuous film. UsdGeom.Camera has no
+fisheye model, so a fisheye lens is written twice: as our attributes `r2s2r:lens:{model,fx,fy,cx,cy,k1..k4}`
 (normalised, exactly the LensCfg; every camera gets model and fx..cy) and as Isaac Sim's
-`OmniLensDistortionOpenCvFisheyeAPI` (`omni:lensdistortion:opencvFisheye:*`, OpenCV's fisheye model, i.e. the
-same equidistant Kannala-Brandt polynomial, intrinsics in pixels at a nominal image FISHEYE_IMAGE_WIDTH wide with
-square pixels; Isaac rescales them to the render resolution). The schema is not known to usd-core, so it is
-written as an applied-schema name plus attributes; the names follow Isaac Sim 5's camera API.
+`OmniLensDistortionOpenCvFisheyeAPI` (`author_lens_distortion`, `omni:lensdistortion:opencvFisheye:*`, OpenCV's
+fisheye model, i.e. the same equidistant Kannala-Brandt polynomial, intrinsics in pixels at a nominal image
+FISHEYE_IMAGE_WIDTH wide with square pixels; Isaac rescales them to the render resolution). The schema is not known
+to usd-core, so it is written as an applied-schema name plus attributes; the names follow Isaac Sim 5's camera API.
 
 Lights: our intensity in [0, 3] is scaled to SPHERE_NITS_PER_UNIT nits on a sphere light of radius
 SPHERE_LIGHT_RADIUS (1.0 gives about 470 lux on axis at 2 m, an office-like level) or DISTANT_PER_UNIT for a
@@ -67,7 +67,7 @@ import mujoco
 import numpy as np
 from pxr import Gf, Sdf, Tf, Usd, UsdGeom, UsdLux, UsdPhysics, UsdShade, Vt
 
-from r2s2r.cell.spec import CellCfg, LensCfg
+from r2s2r.cell.spec import DISTORTION_NAMES, CellCfg, LensCfg, focal_from_fov, intrinsics_in_pixels
 from r2s2r.geometry import mat_to_quat, quat_to_mat
 
 GENERATOR = "r2s2r.cell.usd"
@@ -480,19 +480,25 @@ def _add_cameras(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None
         _set_local_pose(cam.GetPrim(), model.cam_pos[c], model.cam_quat[c])
         lens = lenses.get(name)
         if lens is None:  # a camera the cell does not describe: a centred pinhole with the model's fovy
-            f = 0.5 / math.tan(math.radians(float(model.cam_fovy[c])) / 2)
+            f = focal_from_fov(float(model.cam_fovy[c]))
             lens = LensCfg(fx=f, fy=f)
-        focal = lens.fy * VERTICAL_APERTURE_MM
-        h_ap = focal / lens.fx
         cam.CreateProjectionAttr(UsdGeom.Tokens.perspective)
-        cam.CreateFocalLengthAttr(focal)
-        cam.CreateVerticalApertureAttr(VERTICAL_APERTURE_MM)
-        cam.CreateHorizontalApertureAttr(h_ap)
-        # Image u grows right and v grows down; the film's offsets move the window right and up.
-        cam.CreateHorizontalApertureOffsetAttr((0.5 - lens.cx) * h_ap)
-        cam.CreateVerticalApertureOffsetAttr((lens.cy - 0.5) * VERTICAL_APERTURE_MM)
+        set_pinhole(cam, lens.fx, lens.fy, lens.cx, lens.cy)
         cam.CreateClippingRangeAttr(Gf.Vec2f(float(near), float(far)))
         _add_lens_attributes(cam.GetPrim(), lens)
+
+
+def set_pinhole(camera: UsdGeom.Camera, fx: float, fy: float, cx: float, cy: float) -> None:
+    """Author a pinhole's intrinsics, normalised as in `LensCfg`, as the camera's focal length, apertures and
+    aperture offsets (see "Cameras" in the module docstring)."""
+    focal = fy * VERTICAL_APERTURE_MM
+    horizontal = focal / fx
+    camera.CreateFocalLengthAttr(focal)
+    camera.CreateVerticalApertureAttr(VERTICAL_APERTURE_MM)
+    camera.CreateHorizontalApertureAttr(horizontal)
+    # Image u grows right and v grows down; the film's offsets move the window right and up.
+    camera.CreateHorizontalApertureOffsetAttr((0.5 - cx) * horizontal)
+    camera.CreateVerticalApertureOffsetAttr((cy - 0.5) * VERTICAL_APERTURE_MM)
 
 
 def _add_lens_attributes(prim: Usd.Prim, lens: LensCfg) -> None:
@@ -501,19 +507,38 @@ def _add_lens_attributes(prim: Usd.Prim, lens: LensCfg) -> None:
         prim.CreateAttribute(f"r2s2r:lens:{key}", Sdf.ValueTypeNames.Double, custom=True).Set(getattr(lens, key))
     if lens.model != "fisheye":
         return
-    for i, k in enumerate(lens.distortion, start=1):
-        prim.CreateAttribute(f"r2s2r:lens:k{i}", Sdf.ValueTypeNames.Double, custom=True).Set(float(k))
-    # Isaac Sim's OpenCV fisheye schema takes pixels; a nominal image with square pixels fixes the scale.
-    width = FISHEYE_IMAGE_WIDTH
-    height = max(1, round(width * lens.fx / lens.fy))
-    prim.AddAppliedSchema("OmniLensDistortionOpenCvFisheyeAPI")
-    prim.CreateAttribute("omni:lensdistortion:model", Sdf.ValueTypeNames.Token, custom=False).Set("opencvFisheye")
-    pre = "omni:lensdistortion:opencvFisheye:"
-    prim.CreateAttribute(pre + "imageSize", Sdf.ValueTypeNames.Int2, custom=False).Set(Gf.Vec2i(width, height))
-    values = {"fx": lens.fx * width, "fy": lens.fy * height, "cx": lens.cx * width, "cy": lens.cy * height}
-    values.update({f"k{i}": k for i, k in enumerate(lens.distortion, start=1)})
-    for key, v in values.items():
-        prim.CreateAttribute(pre + key, Sdf.ValueTypeNames.Float, custom=False).Set(float(v))
+    for name, k in zip(DISTORTION_NAMES, lens.distortion):
+        prim.CreateAttribute(f"r2s2r:lens:{name}", Sdf.ValueTypeNames.Double, custom=True).Set(float(k))
+    # A nominal image with square pixels fixes the schema's pixel scale.
+    author_lens_distortion(prim, lens, FISHEYE_IMAGE_WIDTH, max(1, round(FISHEYE_IMAGE_WIDTH * lens.fx / lens.fy)))
+
+
+# Isaac Sim's OmniLensDistortion schemas of OpenCV's lens models: model token, applied API schema, coefficient names.
+# A fisheye's coefficients are `LensCfg.distortion`; a pinhole lens has none, so the pinhole model's stay 0.
+LENS_DISTORTION_SCHEMAS = {
+    "pinhole": ("opencvPinhole", "OmniLensDistortionOpenCvPinholeAPI",
+                ("k1", "k2", "k3", "k4", "k5", "k6", "p1", "p2", "s1", "s2", "s3", "s4")),
+    "fisheye": ("opencvFisheye", "OmniLensDistortionOpenCvFisheyeAPI", DISTORTION_NAMES),
+}
+
+
+def author_lens_distortion(prim: Usd.Prim, lens: LensCfg, width: int, height: int) -> None:
+    """Author a lens on a camera prim as Isaac Sim's OpenCV lens-distortion schema, as Isaac Lab's
+    `_author_opencv_distortion` authors it: intrinsics in pixels at `width` x `height` (RTX rescales them to the
+    render product). A fisheye is the OpenCV fisheye (equidistant Kannala-Brandt) model; a pinhole lens the OpenCV
+    pinhole model with zero distortion, which is how the RTX camera gets a principal-point offset (Omniverse ignores
+    aperture offsets). Works with usd-core: applying a schema only edits metadata."""
+    model, schema, coeffs = LENS_DISTORTION_SCHEMAS[lens.model]
+    prefix = f"omni:lensdistortion:{model}"
+    fx, fy, cx, cy = intrinsics_in_pixels(lens.fx, lens.fy, lens.cx, lens.cy, width, height)
+    values = {"fx": fx, "fy": fy, "cx": cx, "cy": cy,
+              **dict.fromkeys(coeffs, 0.0), **dict(zip(coeffs, lens.distortion if lens.model == "fisheye" else ()))}
+    prim.AddAppliedSchema(schema)
+    attrs = {"omni:lensdistortion:model": (Sdf.ValueTypeNames.Token, model),
+             f"{prefix}:imageSize": (Sdf.ValueTypeNames.Int2, Gf.Vec2i(int(width), int(height))),
+             **{f"{prefix}:{name}": (Sdf.ValueTypeNames.Float, float(v)) for name, v in values.items()}}
+    for name, (type_name, value) in attrs.items():
+        (prim.GetAttribute(name) or prim.CreateAttribute(name, type_name)).Set(value)
 
 
 def _add_lights(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:

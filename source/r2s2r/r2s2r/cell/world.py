@@ -14,7 +14,8 @@ Collections of named items (arms, cameras, objects, novel_objects, lights, bins)
 parameter listed in `CALIBRATED` must be stated explicitly, so that any two world files can be compared parameter
 by parameter (the mismatch report does exactly that). A key stated twice in one mapping is refused (plain YAML
 keeps the last one silently), and every value is checked by `CellCfg.validate` (types, finite values, physical
-ranges). Errors name the file and the field.
+ranges). Errors name the file and the field. `check_world` is that check, the only one: `load_world` runs it on each
+file, the truth sampler on each mapping it writes, and whatever builds from the cell relies on it.
 """
 
 from __future__ import annotations
@@ -151,36 +152,45 @@ class World:
 
 
 def load_world(name_or_path: str | os.PathLike, base: CellCfg | None = None) -> World:
-    """Read, check and apply a world file on top of `base` (the design cell by default)."""
+    """Read a world file and check it with `check_world` on top of `base` (the design cell by default); every
+    error names the file."""
     path = world_path(name_or_path)
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the world file ({e.strerror})") from None
     data = read_yaml(raw, path)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping with keys name, kind, cell")
-    for key in ("name", "kind", "cell"):
-        if key not in data:
-            raise ConfigError(f"{path}: missing field {key!r}")
-    unknown = set(data) - {"name", "kind", "description", "cell", "provenance"}
-    if unknown:
-        raise ConfigError(f"{path}: unknown top-level field(s) {', '.join(sorted(map(repr, unknown)))}; expected name, kind, "
-                          "description, cell, provenance")
     try:
-        require(isinstance(data["name"], str) and bool(data["name"]), "name", data["name"], "a non-empty string")
-        require(data["kind"] in KINDS, "kind", data["kind"], f"one of {', '.join(KINDS)}")
-        require(isinstance(data.get("description", ""), str), "description", data.get("description"), "a string")
-        require(isinstance(data.get("provenance", {}), dict), "provenance", data.get("provenance"), "a mapping")
-        cell = apply_overrides(base or CellCfg(), data["cell"], "cell")
-        check_calibrated_present(cell, data["cell"])
+        cell = check_world(data, base)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
-    try:
-        cell.validate()
-    except ConfigError as e:  # its messages start with the field's path in the cell section
-        raise ConfigError(f"{path}: cell.{e}") from None
     return World(data["name"], data["kind"], path, hashlib.sha256(raw).hexdigest(), cell, data)
+
+
+def check_world(data: Any, base: CellCfg | None = None) -> CellCfg:
+    """The one check of a world's content (a file as read, or a mapping about to be written as one): its top-level
+    fields, its `cell` section as overrides of `base` (the design cell by default) stating every calibrated
+    parameter, and the resulting cell through `CellCfg.validate`. Returns that cell; a ConfigError names the field.
+    Whoever uses the cell afterwards relies on this check and does not repeat it."""
+    if not isinstance(data, dict):
+        raise ConfigError("expected a mapping with keys name, kind, cell")
+    for key in ("name", "kind", "cell"):
+        if key not in data:
+            raise ConfigError(f"missing field {key!r}")
+    unknown = set(data) - {"name", "kind", "description", "cell", "provenance"}
+    if unknown:
+        raise ConfigError(f"unknown top-level field(s) {', '.join(sorted(map(repr, unknown)))}; expected name, kind, "
+                          "description, cell, provenance")
+    require(isinstance(data["name"], str) and bool(data["name"]), "name", data["name"], "a non-empty string")
+    require(data["kind"] in KINDS, "kind", data["kind"], f"one of {', '.join(KINDS)}")
+    require(isinstance(data.get("description", ""), str), "description", data.get("description"), "a string")
+    require(isinstance(data.get("provenance", {}), dict), "provenance", data.get("provenance"), "a mapping")
+    cell = apply_overrides(base or CellCfg(), data["cell"], "cell")
+    check_calibrated_present(cell, data["cell"])
+    try:
+        return cell.validate()
+    except ConfigError as e:  # its messages start with the field's path in the cell section
+        raise ConfigError(f"cell.{e}") from None
 
 
 # ----------------------------------------------------------------------------------------------------------------

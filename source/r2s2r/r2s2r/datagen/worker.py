@@ -1,13 +1,13 @@
 """One worker's share of a generation run: attempts executed under contact physics, admitted ones recorded.
 
-An attempt is fully determined by the run seed and its index: the episode seed, its condition and the
-generator's random stream all derive from (seed, index). It runs on a camera-less environment, which records
-every step's observation, action and simulator state but renders nothing; only if the object ends in its assigned
-bin are the camera views rendered, from the recorded states, on the recording environment (reset with the same
-seed, so lighting, colours and sensor noise are the episode's). Physics runs once per attempt and images are made
-only for admitted ones. The views are of each stored state (positions integrated by the step), where an image
-rendered inside the step would show the pose one physics substep earlier (MuJoCo's kinematics lag its
-integration by a substep): a 2 ms difference, measured in tests/datagen/test_generate.py. An Isaac Lab task
+An attempt is fully determined by the run seed and its index: the episode seed, its condition and the generator's
+random stream all derive from (seed, index). It runs on a camera-less environment, which records every step's
+observation, action and simulator state but renders nothing; only if the object ends in its assigned bin are the
+camera views rendered, from the recorded states, on the recording environment (reset with the same seed, so
+lighting, colours and sensor noise are the episode's). Physics runs once per attempt and images are made only for
+admitted ones. The views are of each stored state (positions integrated by the step), where an image rendered inside
+the step would show the pose one physics substep earlier (MuJoCo's kinematics lag its integration by a substep, 2 ms
+at the default timestep; tests/datagen/test_generate.py compares the two renderings). An Isaac Lab task
 (`GenerateCfg.isaaclab`) renders its cameras during the attempt and records them as they come, on one Isaac Lab
 environment behind the task's interface (`r2s2r.isaaclab_tasks.pick_sort.task.CellTask`).
 
@@ -288,8 +288,8 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
 def single_thread_rasteriser() -> None:
     """Have Mesa's software rasteriser (llvmpipe) draw in the calling thread of this process, unless LP_NUM_THREADS is
     set already. A generation worker is one core's work; llvmpipe's default, a thread per core in every process,
-    hands each frame between threads and workers (one worker ran 10-15 % faster without them on the 2-core machine,
-    docs/benchmarks.md). Mesa reads it when the process makes its first GL context: call this before that."""
+    hands each frame between threads and workers, which costs more than it gains when every core already runs a
+    worker. Mesa reads it when the process makes its first GL context: call this before that."""
     os.environ.setdefault("LP_NUM_THREADS", "0")
 
 

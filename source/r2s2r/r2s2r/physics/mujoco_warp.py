@@ -16,13 +16,13 @@ import warp as wp
 from r2s2r.cell.mjcf import PeriodicJoint
 from r2s2r.physics.base import STATE_FIELDS, PhysicsBackend
 
-# Contact and constraint buffers. The cell has about 30 contacts per world at rest (ten objects on the floor or
-# belt) and up to ~60 while a hand grasps, so 128 contacts per world leaves 2x headroom. MJWarp pools contacts
-# across worlds (naconmax = nconmax * nworld), so one busy world may borrow from quiet ones. Constraint rows are
-# a hard per-world limit (njmax): every contact may need 2 * (condim - 1) pyramidal rows (condim 4 on objects and
-# fingertips: 6 rows), plus one row per dof with friction loss and per limited joint; `default_njmax` sizes it
-# for all of them at once (836 rows for the cell; measured on Warp's CPU device, that costs under 1 % against
-# njmax = 256). Overflow drops contacts/rows silently, so `unstable()` reports it.
+# Contact and constraint buffers. The cell has a few contacts per object at rest (ten objects on the floor or belt)
+# and more while a hand grasps, each finger adding its own; 128 contacts per world leaves room above that. MJWarp
+# pools contacts across worlds (naconmax = nconmax * nworld), so one busy world may borrow from quiet ones.
+# Constraint rows are a hard per-world limit (njmax): every contact may need 2 * (condim - 1) pyramidal rows (condim
+# 4 on objects and fingertips: 6 rows), plus one row per dof with friction loss and per limited joint;
+# `default_njmax` sizes it for all of them at once (836 rows for the cell; rows the solver leaves unused cost
+# little). Overflow drops contacts/rows silently, so `unstable()` reports it.
 DEFAULT_NCONMAX = 128
 
 # Overflow bits that mean contacts or constraint rows were dropped. The solver-iteration bits are left out:
@@ -83,7 +83,7 @@ class MujocoWarpBackend(PhysicsBackend):
         """`graph`: capture one step (MJWarp step + belt wrap) into a Warp graph on the first `step` call and
         replay it for every later step. A step is ~100 small kernel launches, and launching them from Python costs
         more than running them at small `nworld`: replay is a CUDA graph on the GPU and a C++-side replay on
-        Warp's CPU device (about 4x faster there, same results). `graph=False` launches eagerly. The graph binds
+        Warp's CPU device (same results, far less Python per step). `graph=False` launches eagerly. The graph binds
         the `wdata` arrays, so they are only ever written in place (`assign`), never replaced."""
         super().__init__(model, nworld, periodic)
         self.device = wp.get_device(device or default_device())

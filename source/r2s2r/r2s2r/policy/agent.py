@@ -5,9 +5,8 @@ observation at that time (receding horizon). It sees only `proprio` and `images`
 domain-aware policy that it is on the real side. Sampling noise comes from a generator seeded at `reset`, so a
 trial is reproducible.
 
-Inference runs on one torch thread by default: for a model this size one thread takes about 40 ms per chunk on
-this CPU class, while torch's default (all cores) spins against the renderer and physics running beside it and
-was measured at over 3 s per chunk on a busy 2-core machine.
+Inference runs on one torch thread by default: a model this size needs no more, while torch's default (all cores)
+spins against the renderer and physics running beside it, which slows every chunk down on a busy machine.
 """
 
 from __future__ import annotations

@@ -207,9 +207,9 @@ class ObjectCentricCfg:
     # in simulation), no estimator: a diagnostic that measures the head's closed loop without perception's error.
     perception: str = "camera"
     # The located object's height on the belt: the belt's top plus the estimated half height (see
-    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off by default: on held-out demos it
-    # removed the capsule's height bias but a size misjudged while the arm hides the object lifts the located
-    # point by centimetres (docs/results.md).
+    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off by default: it removes a per-object
+    # height bias, but a size misjudged while the arm hides the object lifts the located point by centimetres
+    # (docs/results.md).
     height_from_size: bool = False
 
     def validate(self) -> ObjectCentricCfg:

@@ -82,10 +82,9 @@ class Photometric:
     per-channel tint and sensor noise. No geometric augmentation: the camera is fixed, and shifting the image would
     move the object's apparent position by centimetres.
 
-    Drawing full-resolution Gaussian noise for every frame of every batch took longer than anything else the
-    pipeline adds to a training step (33 of ~45 ms over the bare loop at 64 x 128^2, one CPU thread), so the noise
-    comes from a bank of NOISE_BANK images drawn once from `seed`, one picked at random per frame; gain and tint are
-    drawn per frame as before.
+    Drawing full-resolution Gaussian noise for every frame of every batch would cost more than everything else the
+    pipeline adds to a training step, so the noise comes from a bank of NOISE_BANK images drawn once from `seed`,
+    one picked at random per frame; gain and tint are drawn per frame as before.
     """
 
     def __init__(self, image_shape: tuple[int, int, int], strength: float, seed: int):
@@ -172,8 +171,7 @@ def keypoint_target(pixels: torch.Tensor, width: int, height: int) -> tuple[torc
 def keypoint_loss(logits: torch.Tensor, pixels: torch.Tensor, width: int, height: int) -> torch.Tensor:
     """Cross-entropy that makes keypoint 0 attend to where the object projects (pixels (B, 2)); frames where it
     projects outside the image do not count. A 4-pixel object is too small a signal for the attention to find from
-    the position labels alone (measured: after 3,000 steps the estimated position along the belt stayed at the
-    data mean)."""
+    the position labels alone: trained on those, the estimated position along the belt stays at the data mean."""
     inside, target = keypoint_target(pixels, width, height)
     if not inside.any():
         return logits.sum() * 0.0
@@ -194,9 +192,9 @@ def keypoint_pixels(logits: torch.Tensor, width: int, height: int) -> tuple[torc
 
 @dataclass
 class LocatorCfg:
-    """When and how much the keypoint is trusted. Measured on 12 held-out twin demos (head camera, 128 px): where
-    the attention's spread is under 8 px, keypoint 0 lies 0.5-1.0 px (median) and at most 1.7 px (p90) from the
-    object's projection; at 12-20 px it is 4 px (median) off, beyond that it has lost the object."""
+    """When and how much the keypoint is trusted. A sharp attention (spread up to `max_spread_px`) puts keypoint 0
+    within about a pixel of the object's projection; a wider one is several pixels off, and wider still it has lost
+    the object. The keypoint's pixel std grows from `std_floor_px` with the spread."""
 
     max_spread_px: float = 8.0
     std_floor_px: float = 0.5
@@ -217,9 +215,9 @@ BLIND_VAR = 1.0  # m^2: the position variance of a frame that does not measure t
 class ObjectLocator:
     """The tracker's per-frame position measurement. Where the keypoint is sharp, the object is where the keypoint's
     ray meets the horizontal plane at the estimated height: geometry through the calibrated camera, which holds on
-    images the estimator never saw (measured on 12 held-out demos: the regressed position 4.9 cm off in x-y
-    (median), the keypoint's 0.8 cm where it measures). Elsewhere the frame is blind: the regressed position of a frame whose
-    keypoint has lost the object is biased the same way from frame to frame, and fusing it drags the track."""
+    images the estimator never saw, where the regressed position is centimetres off. Elsewhere the frame is blind:
+    the regressed position of a frame whose keypoint has lost the object is biased the same way from frame to frame,
+    and fusing it drags the track."""
 
     def __init__(self, geometry: CameraGeometry | None, cfg: LocatorCfg | None = None):
         self.geometry = geometry
@@ -326,8 +324,8 @@ class CameraGeometry:
 def estimator_loss(mean: torch.Tensor, log_var: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Squared error on every label (normalized units), plus the Gaussian NLL of the position's variance around the
     detached mean. With the NLL on the mean as well, the network learns to call a hard frame uncertain instead of
-    learning to find the object (the variance scales the mean's gradient down): measured here, the object's
-    position along the belt stayed at the data mean with a 15-20 cm variance after 3,000 steps."""
+    learning to find the object (the variance scales the mean's gradient down): the position along the belt then
+    stays at the data mean, with a large variance."""
     squared = ((mean - target) ** 2).sum(-1)
     nll = 0.5 * (log_var + (mean[:, POS].detach() - target[:, POS]) ** 2 * torch.exp(-log_var)).sum(-1)
     return (squared + nll).mean()
@@ -514,10 +512,10 @@ class ObjectCentricPolicy(nn.Module):
 def action_anchor(frame: str, tracked: np.ndarray, ee_pos: np.ndarray) -> np.ndarray:
     """(…, 3): the point a chunk's target positions are relative to. `hand`: the hand's position at the chunk's
     start. `object`: the tracked object's position then, so a head that predicts the typical offset for the phase
-    of the grasp follows the object wherever the hand is; meant for the fast belt, where hand-relative commands led
-    the hand by the demos' average 2.5 cm while the hand already ran 2.5 cm ahead of the object. Measured on the
-    twin it picks fewer objects everywhere (docs/results.md), so `hand` is the default. `frame` is one of
-    ACTION_FRAMES, as `ObjectCentricCfg.validate` checks at the config."""
+    of the grasp follows the object wherever the hand is; meant for the fast belt, where hand-relative commands
+    lead the hand by the demos' average offset while the hand already runs ahead of the object. `hand` is the
+    default (docs/results.md compares the two on the twin). `frame` is one of ACTION_FRAMES, as
+    `ObjectCentricCfg.validate` checks at the config."""
     return ee_pos if frame == "hand" else tracked[..., :3]
 
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 
 from r2s2r.cell.spec import CellCfg
-from r2s2r.cell.world import check_calibrated_present, get_path, load_world, world_to_yaml
+from r2s2r.cell.world import check_world, get_path, load_world, world_to_yaml
 from r2s2r.core import apply_overrides, item_key
 
 Mode = Literal["add", "factor"]
@@ -186,7 +186,7 @@ def sample_truth(seed: int, base: dict | None = None) -> dict:
 
     Each ranged element gets its own magnitude and sign; each `RANGES` entry draws from its own stream (seeded by
     the seed and the entry's key), so adding an entry leaves the others' draws as they were. The result is checked
-    as `load_world` checks a file."""
+    by `check_world`, as `load_world` checks a file."""
     if base is None:
         base = load_world("ungrounded").data
     nominal = nominal_cell(base)
@@ -217,15 +217,8 @@ def sample_truth(seed: int, base: dict | None = None) -> dict:
                            "calibrated parameter and the residual gap perturbed within r2s2r.real.truths.RANGES.",
             "cell": cell,
             "provenance": {"sampler": "r2s2r.real.truths", "seed": int(seed), "base": base.get("name", "")}}
-    check_truth(data)
+    check_world(data)
     return data
-
-
-def check_truth(data: dict) -> CellCfg:
-    """The checks `load_world` applies to a file, on a mapping: fields, every calibrated parameter, `validate`."""
-    cell = apply_overrides(CellCfg(), data["cell"], "cell")
-    check_calibrated_present(cell, data["cell"])
-    return cell.validate()
 
 
 def truth_text(data: dict) -> str:

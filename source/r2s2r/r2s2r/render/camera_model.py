@@ -31,7 +31,7 @@ import math
 import cv2
 import numpy as np
 
-from r2s2r.cell.spec import LensCfg
+from r2s2r.cell.spec import LensCfg, fisheye_angle, fisheye_slope, fov_from_focal, intrinsics_in_pixels
 from r2s2r.core import ConfigError
 
 MAX_RESOLUTION = 4096
@@ -50,7 +50,6 @@ class CameraModel:
 
     def __init__(self, lens: LensCfg, width: int, height: int, margin_deg: float = 2.0, *, supersample: int = 1):
         _check_resolution(width, height)
-        lens.validate("lens")
         if not 0.0 <= margin_deg <= 10.0:
             raise ConfigError(f"margin_deg = {margin_deg!r}: expected a margin in [0, 10] degrees")
         if isinstance(supersample, bool) or not isinstance(supersample, (int, np.integer)) or not 1 <= supersample <= 8:
@@ -62,8 +61,8 @@ class CameraModel:
             raise ConfigError(f"resolution = {(self.render_width, self.render_height)!r} after supersampling: "
                               f"expected at most {MAX_RESOLUTION} pixels per side")
         self._fisheye = lens.model == "fisheye"
-        self._fx, self._fy = lens.fx * self.width, lens.fy * self.height
-        self._cx, self._cy = lens.cx * self.width, lens.cy * self.height
+        self._fx, self._fy, self._cx, self._cy = intrinsics_in_pixels(lens.fx, lens.fy, lens.cx, lens.cy, self.width,
+                                                                      self.height)
         self._k = np.array(lens.distortion if self._fisheye else (0.0,) * 4, dtype=np.float64)
         self.max_ray_angle = self._usable_angle()
 
@@ -80,7 +79,7 @@ class CameraModel:
         w_s, h_s = self.render_width, self.render_height
         reach_x, reach_y = max(w_s - 1, 1) / 2, max(h_s - 1, 1) / 2  # a 1-pixel side still needs a focal length
         self._f_src = min(reach_x / max(math.tan(half_x), 1e-6), reach_y / max(math.tan(half_y), 1e-6))
-        self.render_fovy_deg = math.degrees(2.0 * math.atan(h_s / 2 / self._f_src))
+        self.render_fovy_deg = fov_from_focal(self._f_src / h_s)
         cx_s, cy_s = (w_s - 1) / 2, (h_s - 1) / 2
 
         self.map_x = np.where(valid, self._f_src * x + cx_s, _OUTSIDE).astype(np.float32)
@@ -124,7 +123,7 @@ class CameraModel:
         X, Y, Z = p[:, 0], p[:, 1], p[:, 2]
         if self._fisheye:
             r = np.hypot(X, Y)
-            theta_d = self._distort(np.arctan2(r, Z))
+            theta_d = fisheye_angle(np.arctan2(r, Z), self._k)
             scale = np.divide(theta_d, r, out=np.zeros_like(r), where=r > 0)
             xd, yd = X * scale, Y * scale
         else:
@@ -134,25 +133,14 @@ class CameraModel:
                 yd = np.where(front, Y / Z, np.nan)
         return np.stack([self._fx * xd + self._cx, self._fy * yd + self._cy], axis=1)
 
-    def _distort(self, theta: np.ndarray) -> np.ndarray:
-        t2 = theta * theta
-        k1, k2, k3, k4 = self._k
-        return theta * (1.0 + t2 * (k1 + t2 * (k2 + t2 * (k3 + t2 * k4))))
-
-    def _distort_slope(self, theta: np.ndarray) -> np.ndarray:
-        t2 = theta * theta
-        k1, k2, k3, k4 = self._k
-        return 1.0 + t2 * (3 * k1 + t2 * (5 * k2 + t2 * (7 * k3 + t2 * 9 * k4)))
-
     def _usable_angle(self) -> float:
         theta_max = math.radians(MAX_RAY_ANGLE_DEG)
         if not self._fisheye:
             return theta_max
         grid = np.linspace(0.0, theta_max, 4001)
-        folded = np.flatnonzero(self._distort_slope(grid) <= 1e-6)
+        # The slope is 1 on the axis, so a fold lies off it; `LensCfg.validate` keeps it beyond 45 degrees.
+        folded = np.flatnonzero(fisheye_slope(grid, self._k) <= 1e-6)
         if folded.size:  # beyond the fold one image point has two rays; keep the single-valued part
-            if folded[0] == 0:
-                raise ConfigError(f"lens.distortion = {tuple(self._k)!r}: expected theta_d to increase with theta")
             theta_max = float(grid[folded[0] - 1])
         return theta_max
 
@@ -164,13 +152,13 @@ class CameraModel:
         if not self._fisheye:
             return a, b, np.arctan(np.hypot(a, b)) <= self.max_ray_angle
         theta_d = np.hypot(a, b)
-        valid = theta_d <= self._distort(np.float64(self.max_ray_angle))
+        valid = theta_d <= fisheye_angle(np.float64(self.max_ray_angle), self._k)
         # A dense table of the monotone forward model gives a start close enough for Newton to finish in a
         # few steps, however strong the distortion.
         grid = np.linspace(0.0, self.max_ray_angle, 2049)
-        theta = np.interp(np.minimum(theta_d, self._distort(grid[-1])), self._distort(grid), grid)
+        theta = np.interp(np.minimum(theta_d, fisheye_angle(grid[-1], self._k)), fisheye_angle(grid, self._k), grid)
         for _ in range(4):
-            theta = np.clip(theta - (self._distort(theta) - theta_d) / self._distort_slope(theta),
+            theta = np.clip(theta - (fisheye_angle(theta, self._k) - theta_d) / fisheye_slope(theta, self._k),
                             0.0, self.max_ray_angle)
         scale = np.divide(np.tan(theta), theta_d, out=np.ones_like(theta_d), where=theta_d > 1e-12)
         return a * scale, b * scale, valid
@@ -198,8 +186,8 @@ class CameraModel:
 
         out = np.empty((len(frames), self.height, self.width, 3), dtype=np.uint8)
         for frame, dst in zip(frames, out):
-            # Float maps: OpenCV 5 samples them exactly (tested); fixed-point maps (cv2.convertMaps) are ~20%
-            # faster but snap positions to 1/32 source pixel, which a fisheye magnifies to ~0.2 output px.
+            # Float maps: OpenCV 5 samples them exactly (tested); fixed-point maps (cv2.convertMaps) are faster but
+            # snap positions to 1/32 source pixel, which a fisheye's magnification makes a visible shift.
             cv2.remap(frame, self.map_x, self.map_y, cv2.INTER_LINEAR, dst=dst,
                       borderMode=cv2.BORDER_CONSTANT, borderValue=0)
 

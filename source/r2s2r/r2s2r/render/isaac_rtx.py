@@ -8,8 +8,6 @@ Pure parts (run and tested anywhere; numpy, Warp, usd-core):
   (`isaaclab.scene_data.scene_data_provider.ConversionKernels`): a Warp transform (quaternion x, y, z, w) turned
   into its column-vector matrix and transposed, giving USD's row-vector layout (`Gf.Matrix4d`: rotation rows are
   the body axes, translation in the last row), in double precision.
-- `lens_distortion`: a `LensCfg` at an image size -> the `omni:lensdistortion:*` attributes (OpenCV pinhole or
-  OpenCV fisheye, intrinsics in pixels), as Isaac Lab's `_author_opencv_distortion` authors them.
 - `appearance_values`: light and object-colour state (the MjModel arrays an episode's reset drew)
   -> the stage attributes that show it; `bind_object_materials` gives each object a material of its own to colour.
 - `untile`: a tiled render product's buffer -> one image per camera, in Isaac Lab's tile order.
@@ -19,8 +17,9 @@ Kit parts (import omni/usdrt/isaacsim only inside functions, so `import r2s2r` n
 
 The backend keeps the renderer contract of `r2s2r.render.base`: its render products are pinhole "source" cameras
 at each `CameraModel`'s render size and field of view, and the lens model is applied afterwards in image space, as
-for every other backend. The cell's own camera prims carry the lens as OmniLensDistortion attributes
-(`author_lens_distortion`), which is what the Isaac Sim viewport and Isaac Lab's camera sensors read.
+for every other backend. The cell's own camera prims carry the lens as OmniLensDistortion attributes at the render
+size (`r2s2r.cell.usd.author_lens_distortion`), which is what the Isaac Sim viewport and Isaac Lab's camera sensors
+read.
 """
 
 from __future__ import annotations
@@ -35,25 +34,16 @@ from pxr import Gf, Sdf, Tf, Usd, UsdGeom, UsdShade
 
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import object_body_name
-from r2s2r.cell.spec import CellCfg, LensCfg
+from r2s2r.cell.spec import CellCfg
 from r2s2r.core import ConfigError
 from r2s2r.physics.base import PhysicsBackend
 from r2s2r.render.base import RenderBackend
-from r2s2r.render.camera_model import CameraModel
 
 # Our own index attribute (not Isaac Lab's `isaaclab:transformIndex`), so an Isaac Lab scene in the same Kit process
 # keeps its bindings: the body id of each body prim in Fabric.
 TRANSFORM_INDEX = "r2s2r:transformIndex"
 SOURCE_CAMERA_SUFFIX = "_rtx_source"
 OBJECT_LOOKS = "/World/Looks/objects"
-
-# OpenCV model name, applied API schema and distortion coefficient names of Isaac Sim's OmniLensDistortion schemas.
-_LENS_SCHEMAS = {
-    "pinhole": ("opencvPinhole", "OmniLensDistortionOpenCvPinholeAPI",
-                ("k1", "k2", "k3", "k4", "k5", "k6", "p1", "p2", "s1", "s2", "s3", "s4")),
-    "fisheye": ("opencvFisheye", "OmniLensDistortionOpenCvFisheyeAPI", ("k1", "k2", "k3", "k4")),
-}
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Poses
@@ -83,39 +73,6 @@ def body_matrices(data: mujoco.MjData, device: str = "cpu") -> np.ndarray:
     out = wp.empty(n, dtype=wp.mat44d, device=device)
     wp.launch(_pose_matrices, dim=n, inputs=[xpos, xquat, bodies], outputs=[out], device=device)
     return out.numpy()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Lens
-# --------------------------------------------------------------------------------------------------------------
-def lens_distortion(lens: LensCfg, width: int, height: int) -> tuple[str, dict[str, tuple[Sdf.ValueTypeName, Any]]]:
-    """(applied API schema, {attribute: (type, value)}) of a lens as Isaac Sim's OpenCV lens-distortion schemas.
-
-    Intrinsics in pixels at `width` x `height` (the calibrated image size; RTX rescales to the render product),
-    with OpenCV's pixel-centre convention, as `CameraModel.intrinsic_matrix`. A pinhole lens is written as the
-    OpenCV pinhole model with zero distortion: the RTX camera has no principal-point offset otherwise (Omniverse
-    ignores aperture offsets), and a fisheye as the OpenCV fisheye (equidistant Kannala-Brandt) model.
-    """
-    lens.validate("lens")
-    model, schema, coeffs = _LENS_SCHEMAS[lens.model]
-    prefix = f"omni:lensdistortion:{model}"
-    k = CameraModel(lens, width, height).intrinsic_matrix()
-    values = dict(zip(coeffs, lens.distortion if lens.model == "fisheye" else ()))
-    attrs = {"omni:lensdistortion:model": (Sdf.ValueTypeNames.Token, model),
-             f"{prefix}:imageSize": (Sdf.ValueTypeNames.Int2, Gf.Vec2i(int(width), int(height)))}
-    for name, v in (("fx", k[0, 0]), ("fy", k[1, 1]), ("cx", k[0, 2]), ("cy", k[1, 2])):
-        attrs[f"{prefix}:{name}"] = (Sdf.ValueTypeNames.Float, float(v))
-    for name in coeffs:
-        attrs[f"{prefix}:{name}"] = (Sdf.ValueTypeNames.Float, float(values.get(name, 0.0)))
-    return schema, attrs
-
-
-def author_lens_distortion(prim: Usd.Prim, lens: LensCfg, width: int, height: int) -> None:
-    """Author `lens_distortion` on a camera prim (works with usd-core: applying a schema only edits metadata)."""
-    schema, attrs = lens_distortion(lens, width, height)
-    prim.AddAppliedSchema(schema)
-    for name, (type_name, value) in attrs.items():
-        (prim.GetAttribute(name) or prim.CreateAttribute(name, type_name)).Set(value)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -289,17 +246,15 @@ class IsaacRtxRenderer(RenderBackend):
         view; the cell's camera itself gets the lens as OmniLensDistortion attributes for the viewport."""
         cm = self.camera_models[name]
         cam = stage.GetPrimAtPath(self._camera_path(name))
-        author_lens_distortion(cam, cm.lens, self.width, self.height)
+        usd.author_lens_distortion(cam, cm.lens, self.width, self.height)
         path = f"{cam.GetPath()}{SOURCE_CAMERA_SUFFIX}"
         source = UsdGeom.Camera.Define(stage, path)
         cid = self.camera_ids[name]
         xf = UsdGeom.Xformable(source)
         xf.AddTranslateOp(UsdGeom.XformOp.PrecisionDouble).Set(Gf.Vec3d(*map(float, self.model.cam_pos[cid])))
         xf.AddOrientOp(UsdGeom.XformOp.PrecisionDouble).Set(Gf.Quatd(*map(float, self.model.cam_quat[cid])))
-        vertical = usd.VERTICAL_APERTURE_MM
-        source.CreateVerticalApertureAttr(vertical)
-        source.CreateHorizontalApertureAttr(vertical * cm.render_width / cm.render_height)  # square pixels
-        source.CreateFocalLengthAttr(vertical / 2 / math.tan(math.radians(cm.render_fovy_deg) / 2))
+        f_src = cm.source_intrinsic_matrix()[0, 0]  # the source render's focal length, in its square pixels
+        usd.set_pinhole(source, f_src / cm.render_width, f_src / cm.render_height, 0.5, 0.5)
         source.CreateClippingRangeAttr(UsdGeom.Camera(cam).GetClippingRangeAttr().Get())
         return path
 

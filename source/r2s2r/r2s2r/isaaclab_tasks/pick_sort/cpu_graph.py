@@ -2,9 +2,8 @@
 
 Isaac Lab captures a physics step into a Warp graph only on CUDA devices. Warp records and replays graphs on its
 CPU device as well, and there most of a step's cost is Python launching MuJoCo Warp's kernels one by one (about
-150 launches per solver step for this cell). Replaying the recorded step removes that: 4.3x less CPU per control
-step here, with observations bit-identical to eager stepping (measured over 12 control steps of arm motion; see
-docs/isaaclab.md).
+150 launches per solver step for this cell). Replaying the recorded step removes that cost, with observations
+bit-identical to eager stepping (docs/isaaclab.md).
 
 Selected through the solver config's `class_type`, Isaac Lab's own extension point for manager subclasses (Isaac
 Lab picks its Newton asset classes by the manager's name, hence the `Newton` prefix). The

@@ -5,10 +5,9 @@ Both renderers draw the task's cameras through the same lens model (distortion, 
 they differ only in how the pinhole source image is shaded: silhouette pixels where the rasteriser's coverage rule
 and the ray through the pixel centre pick different surfaces, and OpenGL's fixed-function lighting against Warp's
 per-ray shading. The check renders reset episodes of the task (one per condition that changes what is drawn:
-nominal, lighting, novel objects) with both and compares them pixel by pixel against `FAITHFUL`. Measured on the
-grounded cell's four cameras at 128^2: mean difference 0.4-0.9 levels of 255, 0.0-0.9 % of pixels more than 12
-levels apart. Which is faster depends on the machine: on a 2-core CPU the rasteriser made 73 images/s against the
-ray tracer's 33 for one environment; a GPU turns that around.
+nominal, lighting, novel objects) with both and compares them pixel by pixel against `FAITHFUL`. Which is faster
+depends on the machine: on a CPU the rasteriser wins for one environment, a GPU turns that around; so the check
+also times both.
 
 The choice is measured once per machine and camera set and kept in `$XDG_CACHE_HOME/r2s2r/renderer_choice.json`
 (else `~/.cache/...`), so later runs decide at once; delete the file to measure again.
