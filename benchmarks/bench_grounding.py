@@ -103,13 +103,15 @@ def passes(error: float, bound: float) -> bool:
     return error == 0 if bound == 0 else error < bound
 
 
-def ground(truth_path: Path, tmp: Path) -> tuple[dict, float, float, str | None]:
-    """Record a session on the twin of `truth_path` and ground it: (errors per parameter and item, record s,
-    calibrate s, the calibration's error message if it stopped)."""
+def ground(truth_path: Path, tmp: Path, views: int = 30, fisheye_views: int = 60,
+           arm_poses: int = 150) -> tuple[dict, float, float, str | None]:
+    """Record a session on the twin of `truth_path` (record_calibration.py's defaults unless told otherwise) and
+    ground it: (errors per parameter and item, record s, calibrate s, the calibration's error message if it
+    stopped). Session and grounded world stay in `tmp`."""
     session, output = tmp / f"{truth_path.stem}_session.h5", tmp / f"{truth_path.stem}_grounded.yaml"
     t0 = time.perf_counter()
-    record_calibration.record(TwinRig(truth_path), session, views=30, fisheye_views=60, size=512, arm_poses=150,
-                              seed=0)
+    record_calibration.record(TwinRig(truth_path), session, views=views, fisheye_views=fisheye_views, size=512,
+                              arm_poses=arm_poses, seed=0)
     t1 = time.perf_counter()
     code = calibrate.main(["--session", str(session), "--output", str(output)])
     t2 = time.perf_counter()
@@ -127,6 +129,9 @@ def main() -> int:
     p.add_argument("--sampled", type=int, default=12, help="sampled truths to add (0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first sampled truth")
     p.add_argument("--check", action="store_true", help="exit 1 unless every parameter passes on every truth")
+    p.add_argument("--views", type=int, default=30, help="chessboard views per head camera in each session")
+    p.add_argument("--fisheye-views", type=int, default=60, help="chessboard views per wrist camera in each session")
+    p.add_argument("--arm-poses", type=int, default=150, help="arm configurations measured in each session")
     p.add_argument("--output", default="outputs/bench_grounding.json")
     args = p.parse_args()
     if args.sampled < 0 or (args.sampled == 0 and not args.truths):
@@ -141,7 +146,8 @@ def main() -> int:
             write_text_atomic(path, truth_text(sample_truth(seed, base)))
             paths.append(path)
         for path in paths:
-            errors, record_s, calibrate_s, stopped = ground(Path(path), tmp)
+            errors, record_s, calibrate_s, stopped = ground(Path(path), tmp, args.views, args.fisheye_views,
+                                                            args.arm_poses)
             rows.append({"truth": Path(path).stem, "record_s": round(record_s, 1),
                          "calibrate_s": round(calibrate_s, 1), "stopped": stopped, "errors": errors})
             print(rows[-1], file=sys.stderr)
