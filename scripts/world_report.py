@@ -5,7 +5,7 @@ Examples:
   python scripts/world_report.py --demos outputs/real.hdf5 --episodes 8 --output-dir outputs/world_report
 
 Prints a table and writes, under --output-dir: report.md, report.json and plots (params.png: error per parameter
-axis; replay.png: open-loop end-effector and object divergence over time; images.png: twin vs world renders of the
+axis; replay.png: open-loop end-effector and object divergence over time; example.png: twin vs world renders of the
 same states, with an example frame). Action sequences come from recorded real demos (--demos, Isaac Lab Mimic
 HDF5) or, without demos, from scripted episodes run on the twin.
 """
