@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -22,12 +23,21 @@ def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.Comple
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+def script_module(name: str):
+    """`scripts/<name>` loaded as a module, not run: its functions, and its main(argv) for a run in this process."""
+    spec = importlib.util.spec_from_file_location(name.removesuffix(".py"), ROOT / "scripts" / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_script_in_process(name: str, *args: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
     """`scripts/<name> args` executed as `python` runs a script (as `__main__`, with `sys.argv`), but in this process,
     from `cwd` and without R2S2R_REALITY_FILE: (exit status, stderr). Any exception other than SystemExit
     propagates (run as a program it would have ended in a traceback), so the test fails on it. For checks that end
     before any work (arguments, output paths, malformed files), where a subprocess per case would mostly measure
-    interpreter start-up; not for Hydra applications (train.py)."""
+    interpreter start-up, and for further runs of a script one subprocess run already tests; not for Hydra
+    applications (train.py)."""
     import runpy
 
     monkeypatch.chdir(cwd)
@@ -83,12 +93,12 @@ def moved_cell(model, belt_speed: float, cube_pose, drive_offset: float, steps: 
 
 @pytest.fixture(scope="session")
 def real_demos(tmp_path_factory) -> Path:
-    """Eight teleoperated demos recorded on the reality twin (no images), as collect_real.py writes them."""
+    """Eight teleoperated demos recorded on the reality twin (no images), as collect_real.py writes them (its main()
+    in this process: the data is what is wanted here, not another interpreter's start)."""
 
     def record(folder: Path) -> None:
-        result = run_script("collect_real.py", "--num-demos", "8", "--output", str(folder / "real.hdf5"), "--cameras",
-                            "--seed", "0")
-        assert result.returncode == 0, result.stderr
+        args = ["--num-demos", "8", "--output", str(folder / "real.hdf5"), "--cameras", "--seed", "0"]
+        assert script_module("collect_real.py").main(args) == 0
 
     return built_once(tmp_path_factory, "real_demos", record) / "real.hdf5"
 
@@ -98,16 +108,17 @@ def policy_datasets(tmp_path_factory) -> dict[str, Path]:
     """A real and a simulated dataset with one small camera (right_wrist, 32x32), as a policy trains on: two
     teleoperated demos from the twin and two planner trajectories from the grounded world. Seed 1 starts where the
     operator keeps both demos (seed 0 gives up: an attempt rendered for nothing), and chunks of two attempts make
-    no more than the two trajectories asked for (the default chunk is four)."""
+    no more than the two trajectories asked for (the default chunk is four). Both scripts' main() run in this
+    process."""
 
     def record(folder: Path) -> None:
-        result = run_script("collect_real.py", "--num-demos", "2", "--output", str(folder / "real.hdf5"),
-                            "--image-size", "32", "--cameras", "right_wrist", "--seed", "1")
-        assert result.returncode == 0, result.stderr
-        result = run_script("generate.py", "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0",
-                            "--num-trajectories", "2", "--output", str(folder / "sim.hdf5"), "--no-progress",
-                            "env.cameras=[right_wrist]", "env.image_size=[32,32]", "datagen.chunk_size=2")
-        assert result.returncode == 0, result.stderr
+        assert script_module("collect_real.py").main([
+            "--num-demos", "2", "--output", str(folder / "real.hdf5"), "--image-size", "32", "--cameras", "right_wrist",
+            "--seed", "1"]) == 0
+        assert script_module("generate.py").main([
+            "--task", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0", "--num-trajectories", "2", "--output",
+            str(folder / "sim.hdf5"), "--no-progress", "env.cameras=[right_wrist]", "env.image_size=[32,32]",
+            "datagen.chunk_size=2"]) == 0
 
     out = built_once(tmp_path_factory, "policy_data", record)
     return {"real": out / "real.hdf5", "sim": out / "sim.hdf5"}
@@ -141,11 +152,13 @@ def assert_same_demos(a: list[tuple[int, dict]], b: list[tuple[int, dict]]) -> N
         np.testing.assert_array_equal(da["obs"]["right_wrist"], db["obs"]["right_wrist"])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def isaaclab_env():
-    """The cell as an Isaac Lab environment (ungrounded world), one per test process: Isaac Lab holds one simulation
-    per process. About 30 s to build with Warp's kernel cache warm, about 4 minutes more on a first run; every test
-    that steps it resets it first."""
+    """The cell as an Isaac Lab environment (ungrounded world), one per test module, closed at the module's end: Isaac
+    Lab runs one simulation at a time in a process, and modules that build environments of their own (several, or
+    with cameras) build them in this process too. The first build in a process takes about 30 s with Warp's kernel
+    cache warm (about 4 minutes more on a first run), later ones about a second; every test that steps it resets it
+    first."""
     import r2s2r.isaaclab_tasks  # noqa: F401  (registers the IDs)
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 

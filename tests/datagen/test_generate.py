@@ -9,7 +9,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import ROOT, assert_same_demos, dataset_contents, run_script
+from conftest import ROOT, assert_same_demos, dataset_contents, run_script, run_script_in_process
 
 from r2s2r.data import DemoReader, DemoWriter
 from r2s2r.datagen import generate, make_generate_cfg
@@ -91,7 +91,7 @@ def test_views_rendered_from_the_stored_states_are_those_rendered_during_the_ste
     assert differs.mean() < 0.02 and a_step_apart.mean() > 5 * differs.mean(), (differs.mean(), a_step_apart.mean())
 
 
-def test_a_killed_run_resumes_on_two_workers_to_the_same_dataset(serial, real_demos, tmp_path):
+def test_a_killed_run_resumes_on_two_workers_to_the_same_dataset(serial, real_demos, tmp_path, monkeypatch, capsys):
     """One worker killed after its first shard, the rest on two workers: the serial run's dataset, the finished
     shard kept. Chunks are the unit of determinism, so this covers any split of the chunks between workers."""
     out = tmp_path / "sim.hdf5"
@@ -107,17 +107,17 @@ def test_a_killed_run_resumes_on_two_workers_to_the_same_dataset(serial, real_de
     proc.wait()
     assert first.exists() and not out.exists()
     kept = first.stat().st_mtime_ns
-    again = subprocess.run([*args, "--num-workers", "2", "--keep-shards"], cwd=ROOT,
-                           env={**os.environ, "MUJOCO_GL": "egl"}, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr
+    # The rerun's driver in this process (its two workers are processes of their own): the killed run was the
+    # script run as a program.
+    code, stderr = run_script_in_process("generate.py", *args[2:], "--num-workers", "2", "--keep-shards", cwd=tmp_path,
+                                         monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, stderr
     assert_same_demos(dataset_contents(serial[0]), dataset_contents(out))
     assert first.stat().st_mtime_ns == kept  # the finished shard was kept, not redone
 
 
 def test_bad_input_fails_before_any_work(real_demos, tmp_path, monkeypatch, capsys):
     from types import SimpleNamespace
-
-    from conftest import run_script_in_process
 
     out = tmp_path / "sim.hdf5"
 

@@ -6,7 +6,7 @@ import h5py
 import numpy as np
 
 from r2s2r.data.hdf5 import DemoReader
-from conftest import run_script
+from conftest import run_script, run_script_in_process, script_module
 
 
 def _blocks(images: np.ndarray) -> np.ndarray:
@@ -15,7 +15,7 @@ def _blocks(images: np.ndarray) -> np.ndarray:
     return images.astype(float).reshape(t, h // 4, 4, w // 4, 4, c).mean(axis=(2, 4))
 
 
-def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets):
+def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets, capsys):
     """The oracle is the recording itself: the twin's right wrist view rendered from each stored state equals the
     recorded frame up to sensor noise (and the state of a second later would not); a new camera joins it,
     everything else is copied as it was, and a rerun renders nothing again. On the first 80 steps of the first
@@ -52,23 +52,25 @@ def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_pa
             np.testing.assert_array_equal(da["obs"]["datagen_info"]["object_pose"]["object"],
                                           db["obs"]["datagen_info"]["object_pose"]["object"])
             assert b.attrs(name)["seed"] == a.attrs(name)["seed"]
-    again = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
-                       "--output", str(out), "--no-progress")
-    assert again.returncode == 0 and "(0 rendered now)" in again.stdout, again.stdout + again.stderr
+    # The rerun in this process (the run above is the script run as a program).
+    capsys.readouterr()
+    assert script_module("render_states.py").main(["--dataset", str(source), "--cameras", "right_wrist", "head_left",
+                                                   "--output", str(out), "--no-progress"]) == 0
+    assert "(0 rendered now)" in capsys.readouterr().out
 
 
-def test_a_dataset_without_states_or_the_source_as_output_is_refused(tmp_path, policy_datasets):
+def test_a_dataset_without_states_or_the_source_as_output_is_refused(tmp_path, policy_datasets, monkeypatch, capsys):
     source = policy_datasets["real"]
-    same = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "--output",
-                      str(source))
-    assert same.returncode == 2 and "expected a file other than --dataset" in same.stderr
+    code, err = run_script_in_process("render_states.py", "--dataset", str(source), "--cameras", "right_wrist",
+                                      "--output", str(source), cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "expected a file other than --dataset" in err
     stateless = tmp_path / "stateless.hdf5"
     stateless.write_bytes(source.read_bytes())
     with h5py.File(stateless, "a") as f:
         for name in f["data"]:
             del f["data"][name]["states"]
     out = tmp_path / "out.hdf5"
-    result = run_script("render_states.py", "--dataset", str(stateless), "--cameras", "right_wrist", "--output",
-                        str(out))
-    assert result.returncode == 2 and "field 'states' is missing" in result.stderr, result.stderr
+    code, err = run_script_in_process("render_states.py", "--dataset", str(stateless), "--cameras", "right_wrist",
+                                      "--output", str(out), cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "field 'states' is missing" in err, err
     assert not out.exists()

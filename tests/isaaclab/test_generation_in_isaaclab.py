@@ -3,7 +3,7 @@
 
 One admitted trajectory takes about 4.5 minutes here (133 control steps, played twice), too long for the suite
 (docs/isaaclab.md has the measured run). So its parts are tested: the run's config; a generator's actions driving the
-Isaac Lab environment (the session's `isaaclab_env`, ungrounded world) as they drive MuJoCo C; the admission rule's
+Isaac Lab environment (the module's `isaaclab_env`, ungrounded world) as they drive MuJoCo C; the admission rule's
 outcome through `CellTask` on constructed states; and the script's whole path, with Isaac Lab's launcher, in a child
 process, on an attempt its generator gives up on before the first step.
 """
@@ -63,7 +63,7 @@ def test_run_config_refuses_naming_the_field(task, generator, overrides, device,
 def task(isaaclab_env, monkeypatch):
     from r2s2r.isaaclab_tasks.pick_sort.task import CellTask
 
-    monkeypatch.setattr(isaaclab_env.cfg, "action_mode", "ee_pose")  # the session's environment, in this test only
+    monkeypatch.setattr(isaaclab_env.cfg, "action_mode", "ee_pose")  # the module's environment, in this test only
     return CellTask(isaaclab_env)
 
 

@@ -1,4 +1,4 @@
-"""The parity measurement of docs/isaaclab.md, on a prefix of its episode (the session's `isaaclab_env`, ungrounded)."""
+"""The parity measurement of docs/isaaclab.md, on a prefix of its episode (the module's `isaaclab_env`, ungrounded)."""
 
 from __future__ import annotations
 

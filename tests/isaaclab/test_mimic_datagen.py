@@ -1,5 +1,5 @@
 """Isaac Lab Mimic's own generation (`isaaclab_mimic.datagen.DataGenerator`) on the Isaac Lab environment, from the
-teleoperated demos, through `r2s2r.isaaclab_tasks.pick_sort.mimic_datagen` (the session's `isaaclab_env`, ungrounded
+teleoperated demos, through `r2s2r.isaaclab_tasks.pick_sort.mimic_datagen` (the module's `isaaclab_env`, ungrounded
 world, and `real_demos`)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import sys
 
 import h5py
 import numpy as np
+import pytest
 
 from r2s2r.data.annotate import SUBTASKS
 
@@ -46,11 +47,17 @@ def test_mimic_generates_a_trajectory_to_its_end_on_the_environment(isaaclab_env
     assert not hasattr(isaaclab_env, "recorder_manager")  # the glue's recorder manager is gone again
 
 
-def test_command_line_names_a_bad_field(tmp_path):
+def test_command_line_names_a_bad_field(tmp_path, capsys):
+    from r2s2r.isaaclab_tasks.pick_sort.mimic_datagen import main
+
     missing = tmp_path / "none.hdf5"
-    for argv, message in [(["--source", str(missing)], f"--source = '{missing}': no such file"),
-                          (["--source", __file__, "--trajectories", "0"], "--trajectories = 0: expected at least 1"),
+    result = subprocess.run([sys.executable, "-m", "r2s2r.isaaclab_tasks.pick_sort.mimic_datagen", "--source",
+                             str(missing)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and f"--source = '{missing}': no such file" in result.stderr, result.stderr
+    # The other refusals in this process: each ends before any simulation, as the one run as a program did.
+    for argv, message in [(["--source", __file__, "--trajectories", "0"], "--trajectories = 0: expected at least 1"),
                           (["--source", __file__], "not an HDF5 file")]:
-        result = subprocess.run([sys.executable, "-m", "r2s2r.isaaclab_tasks.pick_sort.mimic_datagen", *argv],
-                                capture_output=True, text=True, timeout=300)
-        assert result.returncode == 2 and message in result.stderr, result.stderr
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and message in err, err

@@ -2,17 +2,14 @@
 formed by the project's lens model, against the reference's own renderer (MuJoCo Warp's ray tracer) in the same
 states.
 
-Isaac Lab holds one simulation per process, and the session's `isaaclab_env` (no cameras) may already hold this
-one. So the environment with cameras runs in a child process, this file run as a script (`record`): it saves its
-images and, for each, the state it showed, and the tests render the reference in those states.
+The environment with cameras runs once for the module (`record`, in this process: Isaac Lab runs one simulation at a
+time, and no other module's is open while this module's tests run): it keeps its images and, for each, the state it
+showed, and the tests render the reference in those states.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,9 +27,9 @@ FRAMES = ("reset", "belt", "arm")  # after reset; one step from the reference's 
 RENDER_REPS = 10
 
 
-def record(path: Path) -> None:
-    """Run the Isaac Lab environment with all cameras (and depth) through FRAMES and save each frame's images and
-    the state it showed (the reference's qpos | qvel), and each camera's render time."""
+def record() -> dict[str, np.ndarray]:
+    """Run the Isaac Lab environment with all cameras (and depth) through FRAMES: each frame's images and the state
+    it showed (the reference's qpos | qvel), and each camera's render time."""
     import torch
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
@@ -78,16 +75,13 @@ def record(path: Path) -> None:
             env.lenses[name].apply(source, None)
         out[f"ms/{name}"] = np.array([render, time.perf_counter() - start]) * 1e3 / RENDER_REPS
     env.close()
-    np.savez(path, **out)
+    return out
 
 
 @pytest.fixture(scope="module")
-def frames(tmp_path_factory) -> dict[str, tuple[dict, dict]]:
+def frames() -> dict[str, tuple[dict, dict]]:
     """{frame: (our images, the reference's images of the same state)}, and the render times under "ms"."""
-    path = tmp_path_factory.mktemp("isaaclab_cameras") / "frames.npz"
-    result = subprocess.run([sys.executable, __file__, str(path)], capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    data = dict(np.load(path))
+    data = record()
     ref = PickSortEnv(
         world="ungrounded", cameras=CAMERAS, image_size=SIZE, depth=True, action_mode="joint", renderer="mujoco_warp"
     )
@@ -205,7 +199,7 @@ def test_isaac_rtx_is_isaac_labs_renderer_and_needs_kit():
     assert type(cfg.renderer_cfg()) is IsaacRtxRendererCfg
     if kit_running():
         pytest.skip("Kit is running in this process")
-    # Refused before any simulation is made (this process's may belong to the session's environment).
+    # Refused before any simulation is made.
     with pytest.raises(ConfigError, match="renderer = 'isaac_rtx'.*needs Kit"):
         PickSortCellEnv(cfg)
 
@@ -217,7 +211,3 @@ def test_an_unknown_renderer_or_camera_is_a_config_error():
         PickSortCellEnv(_cfg(renderer="ovrtx"))
     with pytest.raises(ConfigError, match="cameras: 'nose' is not a camera of the cell"):
         PickSortCellEnv(_cfg(cameras=("head_left", "nose")))
-
-
-if __name__ == "__main__":
-    record(Path(sys.argv[1]))

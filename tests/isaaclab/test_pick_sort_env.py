@@ -1,6 +1,6 @@
 """The cell as an Isaac Lab environment: Newton physics with the MuJoCo Warp solver on Warp's CPU device, no Kit.
 
-The environment (`isaaclab_env`) is the session's, from tests/conftest.py; every test that steps it resets it.
+The environment (`isaaclab_env`) is the module's, from tests/conftest.py; every test that steps it resets it.
 """
 
 from __future__ import annotations

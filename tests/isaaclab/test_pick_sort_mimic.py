@@ -1,4 +1,4 @@
-"""The Isaac Lab environment's Mimic methods and `MimicEnvCfg`, on real Newton physics (the session's `isaaclab_env`)."""
+"""The Isaac Lab environment's Mimic methods and `MimicEnvCfg`, on real Newton physics (the module's `isaaclab_env`)."""
 
 from __future__ import annotations
 

@@ -1,17 +1,13 @@
 """Several environments of the Isaac Lab cell at once: each one is the reference cell moved to its environment's
 origin, follows its own reference episode, and is judged, seen and framed (Mimic) on its own.
 
-Isaac Lab holds one simulation per process, and the session's `isaaclab_env` (one environment) may already hold
-this one. So the environments run in a child process, this file run as a script (`record`): it saves where
-everything is, what every step observed, the states the references were synced to, the camera images and the
-outcomes, and the tests compare them with fresh MuJoCo C references of the same seeds.
+The environments run once for the module (`record`, in this process: Isaac Lab runs one simulation at a time, and
+no other module's is open while this module's tests run): it keeps where everything is, what every step observed,
+the states the references were synced to, the camera images and the outcomes, and the tests compare them with
+fresh MuJoCo C references of the same seeds.
 """
 
 from __future__ import annotations
-
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,9 +48,9 @@ def _actions(hold: np.ndarray, k: int) -> np.ndarray:
     return action
 
 
-def record(path: Path) -> None:
+def record() -> dict[str, np.ndarray]:
     """Run NUM_ENVS environments with cameras: reset (seeded), PERIODS joint actions, then objects put at rest in
-    bins for one more step. Saves positions and poses relative to each environment's origin."""
+    bins for one more step. Returns positions and poses relative to each environment's origin."""
     import torch
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
@@ -117,15 +113,12 @@ def record(path: Path) -> None:
     out["final/terminated"] = terminated.numpy()
     out["final/episodes"] = np.array([_episode(ref) for ref in env.references], dtype=str)
     env.close()
-    np.savez(path, **out)
+    return out
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory) -> dict[str, np.ndarray]:
-    path = tmp_path_factory.mktemp("isaaclab_multi_env") / "run.npz"
-    result = subprocess.run([sys.executable, __file__, str(path)], capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return dict(np.load(path))
+def run() -> dict[str, np.ndarray]:
+    return record()
 
 
 # Measured: 8.4e-7 m at most (float32 positions a few metres from the world origin). Before the cell's world anchors
@@ -235,7 +228,3 @@ def test_each_environments_cameras_see_its_own_cell(run):
             print(f"{where}: position {offset:.1e} m, hit IoU {hit:.3f}, depth within 1 cm {agree:.3f}")
             assert offset < LAYOUT_TOL and hit > HIT_IOU and agree > DEPTH_AGREE, where
     ref.close()
-
-
-if __name__ == "__main__":
-    record(Path(sys.argv[1]))

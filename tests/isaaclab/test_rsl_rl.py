@@ -2,14 +2,13 @@
 `RslRlVecEnvWrapper` around the residual task, two PPO iterations of rsl-rl's runner on the CPU, and the residual
 task's base (the scripted controller) under zero and non-zero corrections.
 
-Isaac Lab holds one simulation per process, and the session's `isaaclab_env` may already hold this one, so the
-residual environment runs in a child process, this file run as a script (`record`), the steps of Isaac Lab 3.0's
-rsl-rl train command (`isaaclab_rl.entrypoints.backends.train_rsl_rl`) with a tiny rollout.
+The residual environment runs once for the module (`record`, in this process: Isaac Lab runs one simulation at a
+time, and no other module's is open while this module's tests run), through the steps of Isaac Lab 3.0's rsl-rl
+train command (`isaaclab_rl.entrypoints.backends.train_rsl_rl`) with a tiny rollout.
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -25,10 +24,10 @@ PPO_ITERATIONS = 2
 PPO_STEPS = 3  # control steps per iteration (num_steps_per_env), one environment
 
 
-def record(folder: Path) -> None:
+def record(folder: Path) -> tuple[dict[str, np.ndarray], dict]:
     """Build the residual task as Isaac Lab's train command does, play its base with zero corrections and then one
-    correction, then train PPO for PPO_ITERATIONS and reload the last checkpoint. Saves `record.npz` and
-    `record.json` in `folder`, rsl-rl's log under `folder/rsl_rl`."""
+    correction, then train PPO for PPO_ITERATIONS and reload the last checkpoint. Returns the arrays and facts seen;
+    rsl-rl's log is under `folder/rsl_rl`."""
     import gymnasium as gym
     import torch
     from isaaclab_rl.rsl_rl import (
@@ -90,20 +89,16 @@ def record(folder: Path) -> None:
     arrays["loaded"] = again.get_inference_policy()(obs).detach().numpy()
     facts["loaded_iteration"] = again.current_learning_iteration
     env.close()
-    np.savez(folder / "record.npz", **arrays)
-    (folder / "record.json").write_text(json.dumps(facts, indent=1))
+    return arrays, facts
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> tuple[dict[str, np.ndarray], dict]:
-    folder = tmp_path_factory.mktemp("rsl_rl")
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, __file__, str(folder)], capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
-    facts = json.loads((folder / "record.json").read_text())
-    print(f"child process {time.perf_counter() - start:.0f} s, {facts['step_s']:.2f} s per control step, "
+    arrays, facts = record(tmp_path_factory.mktemp("rsl_rl"))
+    print(f"record {time.perf_counter() - start:.0f} s, {facts['step_s']:.2f} s per control step, "
           f"learn() {facts['learn_s']:.1f} s for {PPO_ITERATIONS} iterations of {PPO_STEPS} steps")
-    return dict(np.load(folder / "record.npz")), facts
+    return arrays, facts
 
 
 def test_import_registers_the_tasks_without_isaaclab():
@@ -162,7 +157,3 @@ def test_two_ppo_iterations_on_the_cpu_write_a_checkpoint_that_loads(run):
     # The checkpoint holds the trained weights and observation normalizer: a fresh runner differs until it loads.
     assert not np.allclose(arrays["fresh"], arrays["trained"])
     assert np.array_equal(arrays["loaded"], arrays["trained"])
-
-
-if __name__ == "__main__":
-    record(Path(sys.argv[1]))

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, run_script
+from conftest import ROOT, run_script, run_script_in_process
 
 from r2s2r.core import ConfigError
 from r2s2r.policy.checkpoint import build_policy, load_checkpoint
@@ -132,25 +132,29 @@ def test_script_runs_end_to_end(trained, tmp_path):
     assert "## Caveats" in text and "chance level" in text.lower() and f"{100 * mean:.1f}%" in text
 
 
-def test_missing_checkpoint_is_a_clear_error(tmp_path):
+# The script's refusals and its run on an object-centric checkpoint in this process: test_script_runs_end_to_end
+# runs it as a program.
+def test_missing_checkpoint_is_a_clear_error(tmp_path, monkeypatch, capsys):
     missing = tmp_path / "nowhere" / "policy.pt"
-    result = run_script("analyze_latent.py", "--checkpoint", str(missing))
-    assert result.returncode == 2
-    assert f"error: --checkpoint '{missing}': no such file" in result.stderr
-    assert "Traceback" not in result.stderr
+    code, err = run_script_in_process("analyze_latent.py", "--checkpoint", str(missing), cwd=tmp_path,
+                                      monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2
+    assert f"error: --checkpoint '{missing}': no such file" in err
+    assert "Traceback" not in err
 
 
-def test_dataset_without_the_policys_camera_is_a_clear_error(trained, tmp_path):
+def test_dataset_without_the_policys_camera_is_a_clear_error(trained, tmp_path, monkeypatch, capsys):
     copy = tmp_path / "no_camera.hdf5"
     shutil.copy(trained["real"].path, copy)
     with h5py.File(copy, "a") as f:
         for demo in f["data"].values():
             del demo["obs"][CAMERA]
-    result = run_script("analyze_latent.py", "--checkpoint", str(trained["checkpoint"]), "--dataset", f"{copy}:real",
-                        "--output", str(tmp_path / "out"))
-    assert result.returncode == 2
-    assert f"error: {copy}: demo_0: field 'obs/{CAMERA}' is missing" in result.stderr
-    assert "Traceback" not in result.stderr
+    code, err = run_script_in_process("analyze_latent.py", "--checkpoint", str(trained["checkpoint"]), "--dataset",
+                                      f"{copy}:real", "--output", str(tmp_path / "out"), cwd=tmp_path,
+                                      monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2
+    assert f"error: {copy}: demo_0: field 'obs/{CAMERA}' is missing" in err
+    assert "Traceback" not in err
     assert not (tmp_path / "out").exists()
 
 
@@ -167,7 +171,8 @@ def test_outputs_default_to_the_run_folders_name():
     assert module.dataset_labels(["a/x.hdf5", "a/x.hdf5"], ["real", "sim"]) == ["a/x.hdf5:real", "a/x.hdf5:sim"]
 
 
-def test_object_centric_policy_latent_is_its_estimators_keypoint_latent(policy_datasets, tmp_path):
+def test_object_centric_policy_latent_is_its_estimators_keypoint_latent(policy_datasets, tmp_path, monkeypatch,
+                                                                         capsys):
     """An object-centric checkpoint: the latent is the estimator's keypoint latent of the policy's camera (each
     keypoint's position and the features under it), and analyze_latent.py runs on it end to end."""
     from r2s2r.policy.agent import load_agent
@@ -192,9 +197,10 @@ def test_object_centric_policy_latent_is_its_estimators_keypoint_latent(policy_d
     assert np.ptp(latents, axis=0).max() > 0  # the frames differ, and so do their latents
 
     out = tmp_path / "latent"
-    result = run_script("analyze_latent.py", "--checkpoint", str(checkpoint), "--max-samples", "60", "--method",
-                        "pca", "--max-steps", "4", "--output", str(out))
-    assert result.returncode == 0, result.stderr
+    code, err = run_script_in_process("analyze_latent.py", "--checkpoint", str(checkpoint), "--max-samples", "60",
+                                      "--method", "pca", "--max-steps", "4", "--output", str(out), cwd=tmp_path,
+                                      monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 0, err
     data = json.loads((out / "attribution.json").read_text())
     assert data["pool"] == {"size": 120, "real": 60, "sim": 60, "real_share": 0.5}
     assert data["rollout"]["steps"] == 4 and len(data["per_step"]) == 4

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import subprocess
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from conftest import ROOT, run_script
+from conftest import run_script, script_module
 
 from r2s2r.data import DemoReader, DemoWriter
 from r2s2r.geometry import quat_to_mat
 from r2s2r.real.teleop import HumanTeleop, TeleopCfg
 from r2s2r.real.twin import TwinCell
 
-SCRIPT = ROOT / "scripts" / "collect_real.py"
 # Seeds 1 and 2 succeed, seed 0 is abandoned by the operator and seed 3 times out: both ways a human trial ends
 # without a demo. The success rate over many seeds is measured by benchmarks/bench_success.py --only teleop.
 SEEDS = range(4)
@@ -113,8 +110,10 @@ def test_seeds_draw_different_grasp_styles(trials):
 
 
 # -- scripts/collect_real.py -------------------------------------------------------------------------------------
-def run_collect(*args: str) -> subprocess.CompletedProcess:
-    return run_script("collect_real.py", *args, timeout=300)
+@pytest.fixture(scope="module")
+def collect_real():
+    """scripts/collect_real.py as a module: its parts, and its main() for the runs after the one run as a program."""
+    return script_module("collect_real.py")
 
 
 def seeds_of(path: Path) -> list[int]:
@@ -122,10 +121,11 @@ def seeds_of(path: Path) -> list[int]:
         return [reader.attrs(n)["seed"] for n in reader.names]
 
 
-def test_collect_real_end_to_end_resumes_without_duplicates(tmp_path):
+def test_collect_real_end_to_end_resumes_without_duplicates(tmp_path, collect_real, capsys):
     # Rendering dominates collection time on CPU, so this run records no images; the next test records them.
     out = tmp_path / "real.hdf5"
-    first = run_collect("--num-demos", "2", "--output", str(out), "--cameras", "--seed", "1")
+    first = run_script("collect_real.py", "--num-demos", "2", "--output", str(out), "--cameras", "--seed", "1",
+                       timeout=300)
     assert first.returncode == 0, first.stderr
     assert out.exists() and not out.with_name("real.hdf5.partial").exists()
     kept = seeds_of(out)
@@ -144,8 +144,9 @@ def test_collect_real_end_to_end_resumes_without_duplicates(tmp_path):
         np.testing.assert_allclose(info["eef_pose"]["right"][:, :3, :3], quat_to_mat(demo["obs"]["ee_pose"][:, 3:]),
                                    atol=1e-6)
     # Rerunning the finished command does nothing.
-    again = run_collect("--num-demos", "2", "--output", str(out), "--cameras", "--seed", "1")
-    assert again.returncode == 0 and "nothing to do" in again.stdout
+    capsys.readouterr()
+    assert collect_real.main(["--num-demos", "2", "--output", str(out), "--cameras", "--seed", "1"]) == 0
+    assert "nothing to do" in capsys.readouterr().out
     assert seeds_of(out) == kept
     # An interrupted run: its partial file holds the two demos and a half-written third. Rerunning resumes it.
     partial = out.with_name("real.hdf5.partial")
@@ -153,26 +154,24 @@ def test_collect_real_end_to_end_resumes_without_duplicates(tmp_path):
     with h5py.File(partial, "a") as f:
         f.attrs["r2s2r_state"] = "partial"
         f["data"].create_group("demo_2").create_dataset("actions", data=np.zeros((3, 27)))
-    resumed = run_collect("--num-demos", "3", "--output", str(out), "--cameras", "--seed", "1")
-    assert resumed.returncode == 0, resumed.stderr
+    assert collect_real.main(["--num-demos", "3", "--output", str(out), "--cameras", "--seed", "1"]) == 0
     seeds = seeds_of(out)
     assert seeds[:2] == kept and len(seeds) == 3 and seeds[2] > max(kept)
 
 
-def test_collect_real_records_images_and_imports_demos(tmp_path):
-    spec = importlib.util.spec_from_file_location("collect_real", SCRIPT)
-    collect_real = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(collect_real)
+def test_collect_real_records_images_and_imports_demos(tmp_path, collect_real, capsys, policy_datasets):
     cell = TwinCell(cameras=("right_wrist",), image_size=(16, 16))
     try:
         cut, no_demo, _ = collect_real.record_trial(cell, HumanTeleop(), seed=1, max_steps=6)
-        trial, demo, attrs = collect_real.record_trial(cell, HumanTeleop(), seed=1)  # seed 1 succeeds
     finally:
         cell.close()
     assert not cut.success and no_demo is None  # an unfinished trial gives no demo
+    # A whole trial with images: the session's demos, which collect_real.py recorded at 32x32 from seed 1 (a success).
+    with DemoReader(policy_datasets["real"]) as reader:
+        demo, attrs = reader.load(reader.names[0]), reader.attrs(reader.names[0])
     steps = len(demo["actions"])
-    assert demo["obs"]["right_wrist"].shape == (steps, 16, 16, 3) and demo["obs"]["right_wrist"].dtype == np.uint8
-    assert demo["actions"].shape == (steps, 27) and attrs["seed"] == 1 and trial.success
+    assert demo["obs"]["right_wrist"].shape == (steps, 32, 32, 3) and demo["obs"]["right_wrist"].dtype == np.uint8
+    assert demo["actions"].shape == (steps, 27) and attrs["seed"] == 1 and attrs["success"]
     source = tmp_path / "elsewhere.hdf5"
     with DemoWriter(source, collect_real.ENV_NAME, {"cameras": ["right_wrist"]}) as writer:
         writer.append(demo, attrs)
@@ -190,7 +189,8 @@ def test_collect_real_records_images_and_imports_demos(tmp_path):
             g.attrs[key] = value
         f.copy("data", g)
         g["data/demo_0/actions"][...] = demo["actions"]
-    result = run_collect("--output", str(out), "--import", str(bad))
-    assert result.returncode == 2 and "bad.hdf5: demo_0: field 'actions' is not finite" in result.stderr
+    capsys.readouterr()
+    assert collect_real.main(["--output", str(out), "--import", str(bad)]) == 2
+    assert "bad.hdf5: demo_0: field 'actions' is not finite" in capsys.readouterr().err
     with DemoReader(out) as reader:
         assert len(reader) == 1
