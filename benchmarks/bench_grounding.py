@@ -3,7 +3,7 @@ calibrate.py, every calibrated parameter checked against its tolerance.
 
 Truths: the shipped ones (`--truths reality reality_alt`) and/or `--sampled N` drawn by `r2s2r.real.truths`
 (seeds `--seed` .. `--seed + N - 1`, as scripts/sample_truths.py writes them). Each session uses
-record_calibration.py's defaults (seed 0). Tolerances (the study's, per item; a parameter passes on a truth when
+record_calibration.py's defaults (seed 0) unless `--views`, `--fisheye-views` or `--arm-poses` say otherwise. Tolerances (the study's, per item; a parameter passes on a truth when
 every item does):
 
     reprojection RMS < 0.5 px, focal length within 1 %, head camera extrinsics within 3 mm and 0.2 deg, robot base
@@ -12,10 +12,11 @@ every item does):
     intensity within 5 %.
 
 The table (pass rate per parameter over the truths, worst error) goes to stdout in Markdown, every item to the JSON
-output. `--check` exits 1 if any parameter misses on any truth (the two-truth CI run: `--sampled 2 --check`).
+output. `--check` exits 1 if any parameter misses on any truth (the test suite runs `--sampled 2 --views 12
+--fisheye-views 24 --arm-poses 80 --check`: tests/calibration/grounding_runs.py).
 
 Usage: python benchmarks/bench_grounding.py [--truths reality reality_alt] [--sampled 12 --seed 0] [--check]
-           [--output outputs/bench_grounding.json]
+           [--views 30 --fisheye-views 60 --arm-poses 150] [--output outputs/bench_grounding.json]
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 import numpy as np  # noqa: E402
 
 from _common import write_json  # noqa: E402
+from r2s2r import cli  # noqa: E402
 from r2s2r.cell.spec import CellCfg  # noqa: E402
 from r2s2r.cell.world import load_world  # noqa: E402
 from r2s2r.files import write_text_atomic  # noqa: E402
@@ -103,10 +105,9 @@ def passes(error: float, bound: float) -> bool:
     return error == 0 if bound == 0 else error < bound
 
 
-def ground(truth_path: Path, tmp: Path, views: int = 30, fisheye_views: int = 60,
-           arm_poses: int = 150) -> tuple[dict, float, float, str | None]:
-    """Record a session on the twin of `truth_path` (record_calibration.py's defaults unless told otherwise) and
-    ground it: (errors per parameter and item, record s, calibrate s, the calibration's error message if it
+def ground(truth_path: Path, tmp: Path, views: int, fisheye_views: int,
+           arm_poses: int) -> tuple[dict, float, float, str | None]:
+    """Record a session of these sizes on the twin of `truth_path` and ground it: (errors per parameter and item, record s, calibrate s, the calibration's error message if it
     stopped). Session and grounded world stay in `tmp`."""
     session, output = tmp / f"{truth_path.stem}_session.h5", tmp / f"{truth_path.stem}_grounded.yaml"
     t0 = time.perf_counter()
@@ -129,9 +130,13 @@ def main() -> int:
     p.add_argument("--sampled", type=int, default=12, help="sampled truths to add (0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the first sampled truth")
     p.add_argument("--check", action="store_true", help="exit 1 unless every parameter passes on every truth")
-    p.add_argument("--views", type=int, default=30, help="chessboard views per head camera in each session")
-    p.add_argument("--fisheye-views", type=int, default=60, help="chessboard views per wrist camera in each session")
-    p.add_argument("--arm-poses", type=int, default=150, help="arm configurations measured in each session")
+    # The sessions' sizes: record_calibration.py's defaults and bounds.
+    p.add_argument("--views", type=cli.int_in(6, 1000), default=30,
+                   help="chessboard views per head camera in each session")
+    p.add_argument("--fisheye-views", type=cli.int_in(6, 1000), default=60,
+                   help="chessboard views per wrist camera in each session")
+    p.add_argument("--arm-poses", type=cli.int_in(10, 10000), default=150,
+                   help="arm configurations measured in each session")
     p.add_argument("--output", default="outputs/bench_grounding.json")
     args = p.parse_args()
     if args.sampled < 0 or (args.sampled == 0 and not args.truths):

@@ -17,7 +17,6 @@ A block preceded by a `<!-- test_tutorial: KIND ... -->` comment is treated as K
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -30,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, script_module
 
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 REAL_TASK = "R2S2R-PickSort-Real-v0"
@@ -57,13 +56,6 @@ def set_sizes(code: str, values: dict[str, str]) -> str:
         code, n = re.subn(rf"^{name}=\S+", f"{name}={value}", code, flags=re.M)
         assert n <= 1, f"{name} is set {n} times in the tutorial"
     return code
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"_tutorial_{name}", ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +114,8 @@ def test_the_calibration_commands_are_accepted_by_their_scripts(tutorial):
     out, _, calls, _ = tutorial
     lines = [shlex.split(line) for line in calls.read_text().splitlines()]
     assert [line[0] for line in lines] == ["record_calibration.py", "calibrate.py"]
-    recorded = load_script("record_calibration").parse_args(lines[0][1:])
-    fitted = load_script("calibrate").parse_args(lines[1][1:])
+    recorded = script_module("record_calibration.py").parse_args(lines[0][1:])
+    fitted = script_module("calibrate.py").parse_args(lines[1][1:])
     assert Path(recorded.output) == Path(fitted.session) == out / "calibration/session.h5"
     assert Path(fitted.output) == out / "calibration/grounded.yaml"  # what the adoption block copies
 
