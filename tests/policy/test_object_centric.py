@@ -20,7 +20,7 @@ from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         NEAR_FIELD, OFFSET, POS, SETPOINT, SIZE, TRACKED_DIM, YAW,
+                                         NEAR_FIELD, OFFSET, POS, SETPOINT, SIZE, TRACKED_BIN, TRACKED_DIM, YAW,
                                          BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
@@ -109,6 +109,27 @@ def test_tracker_carries_an_occluded_object_along_the_belt(seed):
     for _ in range(10):
         state = tracker.update(np.concatenate([lifted, attrs]), np.full(3, 0.005**2), setpoint)
     assert np.linalg.norm(state[:3] - lifted) < 0.02
+
+
+def test_tracker_yaw_follows_the_hand_while_size_and_bin_hold():
+    """Seen on the belt for 3 s with its true yaw, size and bin, then held in the hand for 2 s: the hand has turned
+    it, and the estimator, seeing it between the fingers, reads another yaw, a smaller size and a neighbouring bin
+    with the same confidence. The yaw must follow the turn; the size and the bin, which the object cannot change,
+    must stay nearer the truth than the misreading, or the head carries the object to the wrong bin."""
+    tracker = BeltTracker(0.05)
+    yaw, size, bin_pos = np.array([1.0, 0.0]), np.array([0.03, 0.03, 0.02]), np.array([0.62, -0.48, 0.0])
+    turned, misread_size, misread_bin = np.array([0.0, 1.0]), np.array([0.02, 0.02, 0.01]), np.array([0.62, -0.3, 0.0])
+    var = np.full(3, 0.003**2)
+    for t in range(100):
+        in_hand = t >= 60
+        attrs = np.concatenate([turned, misread_size, misread_bin] if in_hand else [yaw, size, bin_pos])
+        state = tracker.update(np.concatenate([[0.1 * t * 0.05, -0.48, 0.1], attrs]), var, 0.1)
+    np.testing.assert_allclose(state[9:11], turned, atol=0.02)  # the belt frames keep 0.9 ** 40 of their weight
+    assert np.linalg.norm(state[11:14] - size) < np.linalg.norm(state[11:14] - misread_size)
+    assert np.linalg.norm(state[TRACKED_BIN] - bin_pos) < np.linalg.norm(state[TRACKED_BIN] - misread_bin)
+    tracker.reset()  # a new episode starts from nothing: its first frame sets every attribute
+    state = tracker.update(np.concatenate([[0.0, -0.48, 0.1], turned, misread_size, misread_bin]), var, 0.1)
+    np.testing.assert_allclose(state[9:], np.concatenate([turned, misread_size, misread_bin]), atol=1e-9)
 
 
 def test_photometric_augmentation_keeps_images_in_range_with_sensor_noise_per_frame():
@@ -290,7 +311,8 @@ class _KnownErrorEstimator:
 
 def test_perception_report_names_each_axis_bias_and_each_objects():
     """The report's signed medians recover errors of known sign per axis, and per object where two objects err
-    differently: the capsule estimated 1 cm across the belt and 2 cm high, the cube exactly."""
+    differently: the capsule estimated 1 cm across the belt and 2 cm high, the cube exactly. The two go to bins
+    40 cm apart, and the capsule's is read as the cube's: every carry frame of its demo heads for the wrong bin."""
     from r2s2r.policy.data import LoadedDataset
     from r2s2r.policy.train_object_centric import perception_report
 
@@ -299,7 +321,8 @@ def test_perception_report_names_each_axis_bias_and_each_objects():
     for k, offset in enumerate(([0.0, 1.0, 2.0], [0.0, 0.0, 0.0])):
         t = np.arange(steps)
         pos = np.stack([-0.3 + 0.1 * t / 20, np.full(steps, 0.02 * k), 0.1 + 0.05 * (t >= lift)], axis=1)
-        labels.append(np.concatenate([pos, np.zeros((steps, 8))], axis=1))
+        bin_pos = np.tile([0.4 * k, 0.5, 0.0], (steps, 1))
+        labels.append(np.concatenate([pos, np.zeros((steps, 5)), bin_pos], axis=1))
         offsets.append(np.tile(offset, (steps, 1)))
         starts.append(np.full(steps, k * steps))
         ends.append(np.full(steps, k * steps + steps - 1))
@@ -312,7 +335,8 @@ def test_perception_report_names_each_axis_bias_and_each_objects():
                       actions=np.zeros((n, 27), np.float32), demo_end=np.concatenate(ends),
                       demo_start=np.concatenate(starts), num_demos=2, labels=np.concatenate(labels).astype(np.float32),
                       demo_objects=("capsule", "cube"))
-    model = _KnownErrorEstimator(d.labels, np.concatenate(offsets))
+    model = _KnownErrorEstimator(d.labels.copy(), np.concatenate(offsets))
+    model.labels[:steps, BIN] = d.labels[steps, BIN]  # the capsule's bin misread as the cube's
     report = perception_report(model, ObjectLocator(None), "cam", d, control_hz=20.0)
     capsule, cube = (report["by_object"][o]["grasp_window"] for o in ("capsule", "cube"))
     assert capsule["regression"] == pytest.approx({"x": 0.0, "y": 1.0, "z": 2.0}, abs=0.01)
@@ -322,6 +346,10 @@ def test_perception_report_names_each_axis_bias_and_each_objects():
     assert cube["regression"] == pytest.approx({"x": 0.0, "y": 0.0, "z": 0.0}, abs=0.01)
     assert abs(cube["tracker"]["y"]) < 0.05
     assert report["by_object"]["capsule"]["demos"] == 1 and capsule["tracker_across_belt"]["frames"] == 20
+    assert report["by_object"]["capsule"]["carry_wrong_bin_fraction"] == 1.0
+    assert report["by_object"]["cube"]["carry_wrong_bin_fraction"] == 0.0
+    assert report["carry"]["bin"]["frames"] == 2 * (steps - lift)
+    assert report["carry"]["bin"]["p90_cm"] == pytest.approx(40.0, abs=0.01)  # the capsule's frames, 40 cm off
     # Pooled over both demos, the median across the belt lies between the two objects' (half the frames each).
     assert 0.0 <= report["grasp_window"]["bias"]["regression"]["y"] <= 1.0
 

@@ -46,6 +46,7 @@ EE_POS = slice(27, 30)  # its position
 SETPOINT = 34  # the set-point's column there
 # Tracked state (`BeltTracker.update`): object position, velocity, position std, yaw features, size, bin position.
 TRACKED_DIM = 3 + 3 + 3 + 2 + 3 + 3
+TRACKED_BIN = slice(14, 17)  # its bin position
 # The head's state input: the tracked state with positions relative to the hand, plus the object's offset from the
 # hand seen through NEAR_FIELD * tanh(offset / NEAR_FIELD). Normalized over whole demos the offset has a std of
 # 10-30 cm, so the centimetre the grasp tolerates is a few hundredths of a unit; the saturated copy keeps the last
@@ -54,7 +55,7 @@ NEAR_FIELD = 0.05  # m
 STATE_DIM = TRACKED_DIM + 3
 # Columns of the head's input (`head_input`) that hold positions relative to the hand.
 OFFSET = slice(0, 3)  # the object's
-BIN_OFFSET = slice(14, 17)  # its bin's
+BIN_OFFSET = TRACKED_BIN  # its bin's (the tracked state's columns keep their places)
 NEAR = slice(TRACKED_DIM, STATE_DIM)  # the near-field offset
 HEAD_EE_POS = slice(STATE_DIM + EE_POS.start, STATE_DIM + EE_POS.stop)  # the hand's own position (proprio)
 
@@ -376,7 +377,10 @@ class TrackerCfg:
     accept_std: float = 0.05
     gate: float = 16.3  # chi-square, 3 degrees of freedom, 99.9 %
     confident_std: float = 0.02  # m: an estimate this sure may restart the filter
-    attribute_memory: float = 0.9  # per step: how fast size / yaw / bin averages forget older frames
+    # Per step: how fast the yaw's average forgets older frames (the hand turns the object). The size and the bin
+    # (the object's colour) cannot change within an episode, so their averages keep every frame: one that forgets
+    # follows the estimator's misreadings of the object in the hand, and the head carries it to another bin.
+    yaw_memory: float = 0.9
 
 
 class BeltTracker:
@@ -387,8 +391,8 @@ class BeltTracker:
         self.cfg = cfg or TrackerCfg()
         self.x: np.ndarray | None = None  # (6,) position | velocity
         self.P = np.zeros((6, 6))
-        self.attributes = np.zeros(LABEL_DIM - 3)
-        self.attribute_weight = 0.0
+        self.attributes = np.zeros(LABEL_DIM - 3)  # yaw features, size, bin position
+        self.yaw_weight = self.constant_weight = 0.0
         along, across = self.cfg.accel_std
         q = np.diag([along**2, across**2, across**2])
         self.F = np.eye(6)
@@ -397,7 +401,7 @@ class BeltTracker:
 
     def reset(self) -> None:
         self.x = None
-        self.attribute_weight = 0.0
+        self.yaw_weight = self.constant_weight = 0.0
 
     def _start(self, position: np.ndarray, var: np.ndarray, velocity: np.ndarray, velocity_std: np.ndarray) -> None:
         self.x = np.concatenate([position, velocity])
@@ -424,11 +428,14 @@ class BeltTracker:
                     K = self.P[:, :3] @ np.linalg.inv(S)
                     self.x = self.x + K @ innovation
                     self.P = self.P - K @ self.P[:3, :]
-        # Size, yaw and bin: averages weighted by how sure the estimator is where the object is, forgetting old
-        # frames (the yaw changes once the hand turns the object).
+        # Yaw, size and bin: averages weighted by how sure the estimator is where the object is; the yaw's forgets
+        # old frames (TrackerCfg.yaw_memory).
         w = 1.0 / float(np.mean(var))
-        self.attribute_weight = c.attribute_memory * self.attribute_weight + w
-        self.attributes += (w / self.attribute_weight) * (mean[3:] - self.attributes)
+        self.yaw_weight = c.yaw_memory * self.yaw_weight + w
+        self.constant_weight += w
+        gain = np.full(len(self.attributes), w / self.constant_weight)
+        gain[:YAW.stop - YAW.start] = w / self.yaw_weight
+        self.attributes += gain * (mean[3:] - self.attributes)
         return np.concatenate([self.x, np.sqrt(np.diag(self.P)[:3]), self.attributes])
 
 

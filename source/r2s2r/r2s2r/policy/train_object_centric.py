@@ -32,8 +32,8 @@ from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dic
 from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
-from r2s2r.policy.object_centric import (BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         OFFSET, POS, SETPOINT, TRACKED_DIM, BeltTracker, ExactTracker,
+from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
+                                         OFFSET, POS, SETPOINT, TRACKED_BIN, TRACKED_DIM, BeltTracker, ExactTracker,
                                          ObjectCentricPolicy,
                                          ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
                                          keypoint_loss, near_field, object_locator, relative_actions, to_unit)
@@ -102,13 +102,16 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
     grasp window (the last second before the object first rises 2 cm off where it rode).
 
     `bias` gives the signed medians (estimate minus truth, cm) along the belt (x), across it (y) and, for the
-    measurement (the height the locator used) and the regression, in height (z): an error that keeps its sign from frame to frame survives the tracker's averaging,
-    and through an oblique camera a height error becomes one across the belt. `by_object` gives the same for the
-    grasp window per object, where a per-object bias shows."""
+    measurement (the height the locator used) and the regression, in height (z): an error that keeps its sign from
+    frame to frame survives the tracker's averaging, and through an oblique camera a height error becomes one across
+    the belt. `carry` reads the bin the head carries the object to, from the lift to the demo's end: the tracked bin
+    position's error, and how often the nearest of the bins the demos go to is another than the demo's own (a bin
+    taken for another colour's). `by_object` gives the grasp window's bias and the carry's wrong-bin fraction per
+    object, where an object the estimator misjudges shows."""
     mean, var, regressed = measure(model, locator, camera, d)
     state = track(d, mean, var, control_hz)
     truth = d.labels[:, POS]
-    approach, window = np.zeros(len(d), bool), np.zeros(len(d), bool)
+    approach, window, carry = np.zeros(len(d), bool), np.zeros(len(d), bool), np.zeros(len(d), bool)
     demo_of = np.searchsorted(np.unique(d.demo_start), d.demo_start)
     for s in np.unique(d.demo_start):
         z = truth[s:d.demo_end[s] + 1, 2]
@@ -116,6 +119,13 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
         if len(lifted):
             approach[s:s + lifted[0]] = True
             window[max(s, s + lifted[0] - int(control_hz)):s + lifted[0]] = True
+            carry[s + lifted[0]:d.demo_end[s] + 1] = True
+    bins = np.unique(np.round(d.labels[:, BIN], 3), axis=0)  # the bins the demos go to
+
+    def nearest_bin(points: np.ndarray) -> np.ndarray:
+        return np.argmin(np.linalg.norm(points[:, None] - bins[None], axis=2), axis=1)
+
+    wrong_bin = nearest_bin(state[:, TRACKED_BIN]) != nearest_bin(d.labels[:, BIN])
     measured = var.max(axis=1) < BLIND_VAR
     # Estimate minus truth (cm) per axis: x, y (and the regression's z).
     signed = {"measurement": 100 * (mean[:, :3] - truth), "regression": 100 * (regressed - truth),
@@ -144,13 +154,17 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
         for key, err in errors.items():
             report[name][key] = stats(err[frames & measured] if key == "measurement_xy" else err[frames])
         report[name]["bias"] = bias(frames)
+    report["carry"] = {"bin": stats(100 * np.linalg.norm(state[carry, TRACKED_BIN] - d.labels[carry, BIN], axis=1)),
+                       "wrong_bin_fraction": round(float(wrong_bin[carry].mean()), 3) if carry.any() else 0.0}
     report["by_object"] = {}
     for obj in sorted(set(d.demo_objects) - {""}):
         of_obj = np.isin(demo_of, [k for k, o in enumerate(d.demo_objects) if o == obj])
         report["by_object"][obj] = {"demos": d.demo_objects.count(obj),
                                     "grasp_window": {**bias(window & of_obj),
                                                      "tracker_across_belt": stats(errors["tracker_across_belt"][
-                                                         window & of_obj])}}
+                                                         window & of_obj])},
+                                    "carry_wrong_bin_fraction": round(float(wrong_bin[carry & of_obj].mean()), 3)
+                                    if (carry & of_obj).any() else 0.0}
     return report
 
 
