@@ -16,6 +16,12 @@ from filelock import FileLock
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files marked `slow` first (in collection order otherwise): with two workers, a minute-long set-up that starts
+    last keeps one worker busy after the other has run out of files."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run `scripts/<name>` as a user would, from the repository root."""
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}

@@ -31,6 +31,8 @@ import pytest
 
 from conftest import ROOT, script_module
 
+pytestmark = pytest.mark.slow
+
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 REAL_TASK = "R2S2R-PickSort-Real-v0"
 # The tutorial's sizes and the test's. Each must be set exactly once in the tutorial.

@@ -35,6 +35,8 @@ from r2s2r.real.truths import sample_truth, truth_text
 from r2s2r.real.twin import TwinRig
 from r2s2r.render.camera_model import CameraModel
 
+pytestmark = pytest.mark.slow
+
 SIZE = 512
 SEED = 0
 HEAD_VIEWS = 12

@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import calibrate  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def grounded(tmp_path_factory):

@@ -3,7 +3,10 @@ sampled truths 0 and 1 (their lenses blurred up to 1.9 px, frictions, gains, lam
 ungrounded world's), grounded by calibrate.py, and every calibrated parameter held to the study's tolerance
 (`benchmarks/bench_grounding.py --sampled 2 --seed 0 --check`; the twelve-truth run is in docs/world_grounding.md)."""
 
+import pytest
 from grounding_runs import bench_grounding, grounded_truth
+
+pytestmark = pytest.mark.slow
 
 
 def test_two_sampled_truths_ground_within_every_tolerance(tmp_path_factory):

@@ -15,6 +15,8 @@ from r2s2r.data import DemoReader, DemoWriter
 from r2s2r.datagen import generate, make_generate_cfg
 from r2s2r.datagen.replay import replay_dataset
 
+pytestmark = pytest.mark.slow
+
 TASK = "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"
 SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_size=2"]
 

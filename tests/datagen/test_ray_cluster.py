@@ -24,6 +24,8 @@ from conftest import ROOT, assert_same_demos, dataset_contents
 from r2s2r.core import parse_dotted
 from r2s2r.datagen import generate, make_generate_cfg
 
+pytestmark = pytest.mark.slow
+
 TASK = "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"  # the planner: no source demos needed
 CLUSTER_TASK = "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"  # mimic, from the session's recorded demos
 SMALL = ["env.cameras=[right_wrist]", "env.image_size=[16,16]", "datagen.chunk_size=1"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+import pytest
 
 from r2s2r.data.hdf5 import DemoReader
 from conftest import run_script, run_script_in_process, script_module
+
+pytestmark = pytest.mark.slow
 
 
 def _blocks(images: np.ndarray) -> np.ndarray:

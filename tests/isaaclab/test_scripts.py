@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+pytestmark = pytest.mark.slow
+
 SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py"))
 SIMULATOR_SCRIPTS = ("generate.py", "play.py")  # those that run an Isaac Lab task of the cell
 LAUNCHER_OPTIONS = ("--device", "--visualizer", "--kit_args", "--livestream")  # a few of add_launcher_args'

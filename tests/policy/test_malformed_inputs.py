@@ -42,6 +42,8 @@ from r2s2r.policy.config import compose_train_cfg
 from r2s2r.policy.train import Trainer, TrainingError
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

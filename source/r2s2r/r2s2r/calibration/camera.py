@@ -74,6 +74,7 @@ LINE_DEGREE = 2
 CURVATURE_F_TEST = 25.0  # F statistic above which a line is fitted curved (a fisheye image) rather than straight
 MAX_LINE_PASSES = 4  # passes over all lines; each line's profiles are fitted around its current position
 LINE_TOLERANCE_PX = 0.02  # stop once no line moves further than this at a corner
+BLUR_SETTLED = 1e-3  # a blur correction smaller than this fraction ends estimate_blur's corrections
 MAX_GAUSS_NEWTON_STEPS = 12  # per profile fit; it stops once edges and widths settle
 SATURATED = 254.0  # profile samples at or above this (8-bit) are left out of the fits: the sensor clipped them
 # View rejection (pinhole): a view is dropped when its RMS exceeds both this multiple of the median view RMS and the
@@ -382,11 +383,15 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
         jt = jac.transpose(0, 2, 1)
         # The small ridge keeps the margin's amplitude at zero across inner lines, where its column is empty.
         step = np.linalg.solve(jt @ jac + 1e-6 * np.eye(5), jt @ resid[..., None])[..., 0]
-        edge = np.clip(edge + np.clip(step[:, 0], -1.0, 1.0), -0.6 * half, 0.6 * half)
-        sigma = np.clip(sigma + np.clip(step[:, 1], -0.5 * sigma, sigma), 0.3, half)
+        new_edge = np.clip(edge + np.clip(step[:, 0], -1.0, 1.0), -0.6 * half, 0.6 * half)
+        new_sigma = np.clip(sigma + np.clip(step[:, 1], -0.5 * sigma, sigma), 0.3, half)
+        moved, widened = np.abs(new_edge - edge), np.abs(new_sigma - sigma) / new_sigma
+        edge, sigma = new_edge, new_sigma
         dark, light = dark + step[:, 2], light + step[:, 3]
         margin_amp = margin_amp + step[:, 4]
-        if np.percentile(np.abs(step[:, 0]), 95) < 0.002 and np.percentile(np.abs(step[:, 1] / sigma), 95) < 0.002:
+        # Settled is judged on what the step changed, not on the step: the width of an edge sharper than the
+        # samples resolve sits at its lower bound and keeps asking to shrink, which would run the fit to the cap.
+        if np.percentile(moved, 95) < 0.002 and np.percentile(widened, 95) < 0.002:
             break
     contrast = light - dark
     rms = np.sqrt((resid ** 2).sum(1) / np.maximum(weight.sum(1), 1.0))
@@ -795,7 +800,9 @@ def estimate_blur(images, board: BoardCfg, reference_images, camera: str | None 
         gain = (width ** 2 - base ** 2) / beta ** 2
         if gain <= 0:
             break
-        beta = float(np.sqrt(max(target ** 2 - base ** 2, 0.0) / gain))
+        beta, previous = float(np.sqrt(max(target ** 2 - base ** 2, 0.0) / gain)), beta
+        if abs(beta - previous) < BLUR_SETTLED * beta:
+            break
     return float(beta * BLUR_REFERENCE_WIDTH / shape[1])
 
 
