@@ -97,6 +97,15 @@ def moved_cell(model, belt_speed: float, cube_pose, drive_offset: float, steps: 
     mujoco.mj_forward(model, data)
     return data
 
+@pytest.fixture(scope="session", autouse=True)
+def frame_cache(tmp_path_factory):
+    """Decoded frames of the tests' datasets are cached in this run's temporary folder, not the user's cache (each
+    worker its own; the scripts it runs inherit it)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("R2S2R_FRAME_CACHE", str(tmp_path_factory.getbasetemp() / "frame_cache"))
+        yield tmp_path_factory.getbasetemp() / "frame_cache"
+
+
 @pytest.fixture(scope="session")
 def real_demos(tmp_path_factory) -> Path:
     """Eight teleoperated demos recorded on the reality twin (no images), as collect_real.py writes them (its main()

@@ -1,8 +1,16 @@
-"""Co-training data: real and simulated demo datasets loaded into memory and sampled as a weighted mixture.
+"""Co-training data: real and simulated demo datasets, sampled as a weighted mixture.
 
 Each dataset is read once (every demo's policy observations and actions) into flat arrays, so a batch is a few
-numpy gathers: the data pipeline must not be what limits training (benchmarks/bench_train.py measures it against
-a bare loop on the same model). Every sample keeps its domain label (real / sim).
+numpy gathers: the data pipeline must not be what limits training (benchmarks/bench_train.py and
+bench_object_centric.py measure it against a bare loop on the same model). Every sample keeps its domain label
+(real / sim).
+
+Camera frames stream from disk: the first load of a dataset writes each camera's frames, decoded and at the
+policy's image size, to a raw file in the frame cache (`frame_cache_dir()`), and every load maps that file
+into memory instead of holding the frames. The operating system keeps the pages a training run touches in its page
+cache and drops them under memory pressure, so a mixture larger than memory still trains, and one that fits trains
+as fast as from arrays. A cache file is named by the dataset's path, size and modification time, the demos chosen,
+the camera and the size: a changed dataset is read again. Delete the folder to reclaim the space.
 
 Action chunks: the sample at step t carries actions t .. t+chunk-1 of its demo, the last action repeated past
 the demo's end (the robot holds its final target), as diffusion-policy-style chunking does.
@@ -10,6 +18,10 @@ the demo's end (the robot holds its final target), as diffusion-policy-style chu
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +29,7 @@ import cv2
 import numpy as np
 
 from r2s2r.data.hdf5 import DatasetError, DemoReader
+from r2s2r.files import atomic_path, cache_dir
 from r2s2r.policy.config import DOMAINS, DatasetCfg, PolicyCfg
 from r2s2r.tasks import REAL_TASK
 
@@ -30,7 +43,7 @@ class LoadedDataset:
     path: str
     domain: str
     weight: float
-    images: dict[str, np.ndarray]  # camera -> (N, H, W, 3) uint8 at the policy's image size
+    images: dict[str, np.ndarray]  # camera -> (N, H, W, 3) uint8 at the policy's image size, mapped from disk
     proprio: np.ndarray  # (N, P) float32, the policy's proprio keys concatenated
     actions: np.ndarray  # (N, A) float32
     demo_end: np.ndarray  # (N,) index of the last step of the demo each step belongs to
@@ -52,12 +65,49 @@ def _resize(frames: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in frames])
 
 
+def frame_cache_dir() -> Path:
+    """Where decoded frames are cached: `$R2S2R_FRAME_CACHE` (a disk with room: a 1,500-trajectory mixture at 128²
+    takes about 12 GB), else `files.cache_dir()/frames`."""
+    return Path(os.environ.get("R2S2R_FRAME_CACHE") or cache_dir() / "frames")
+
+
+def frame_cache_file(path: Path, names: list[str], camera: str, size: tuple[int, int]) -> Path:
+    """The frame cache file of `camera`'s frames of demos `names` of dataset `path` at `size` (height, width)."""
+    stat = path.stat()
+    key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, list(names), camera, list(size)])
+    return frame_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}_{size[0]}x{size[1]}.u8"
+
+
+def _mapped_frames(file: Path, count: int, size: tuple[int, int]) -> np.ndarray | None:
+    """`file`'s frames as a read-only (count, H, W, 3) uint8 array mapped from disk; None if it does not hold
+    exactly `count` frames of that size (an older or damaged cache file: it is written again)."""
+    if not file.is_file() or file.stat().st_size != count * size[0] * size[1] * 3:
+        return None
+    if count == 0:
+        return np.zeros((0, *size, 3), np.uint8)
+    return np.memmap(file, dtype=np.uint8, mode="r", shape=(count, *size, 3))
+
+
+def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, Path],
+                        size: tuple[int, int]) -> None:
+    """Write each camera's frames of demos `names`, resized to `size`, to its cache file (camera -> file), demo by
+    demo; a file appears under its name only once every demo's frames are in it."""
+    next(iter(caches.values())).parent.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        files = {c: stack.enter_context(open(stack.enter_context(atomic_path(file)), "wb"))
+                 for c, file in caches.items()}
+        for name in names:
+            obs = reader.load(name, only=tuple(f"obs/{c}" for c in caches))["obs"]
+            for c, f in files.items():
+                f.write(np.ascontiguousarray(_resize(obs[c], size)).tobytes())
+
+
 def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
     """Read `entry.path` for `policy`'s observation set; raises `DatasetError` naming the file, demo and field.
 
     The file is validated by `DemoReader` with the policy's needs: actions of width `policy.action_dim`, the
     cameras and finite proprio keys it observes (and, for the object-centric policy, the finite datagen_info
-    labels it learns)."""
+    labels it learns). The frames come mapped from the frame cache, written on the first load (module doc)."""
     path = Path(entry.path)
     shapes, finite = {}, [f"obs/{k}" for k in policy.proprio]
     if policy.kind == "object_centric":
@@ -89,29 +139,35 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
             raise DatasetError(f"data.datasets: demos = {entry.demos} ({path}): the file holds only {len(names)} "
                                f"demos" + (f" under conditions {list(entry.conditions)}" if entry.conditions else ""))
         names = names[: entry.demos] if entry.demos else names
-        images: dict[str, list[np.ndarray]] = {c: [] for c in policy.cameras}
+        size = tuple(policy.image_size)
+        fields = tuple(f"obs/{key}" for key in policy.proprio)
+        if policy.kind == "object_centric":
+            from r2s2r.policy.object_centric import frame_labels
+
+            fields += ("obs/datagen_info",)
         proprio, actions, starts, ends, labels = [], [], [], [], []
         objects = tuple(str(reader.attrs(n).get("object", "")) for n in names)
         offset = 0
-        for name in names:
-            demo = reader.load(name)
+        for name in names:  # everything but the frames
+            demo = reader.load(name, only=fields)
             act = np.asarray(demo["actions"])
             obs = demo.get("obs", {})
-            for cam in policy.cameras:
-                images[cam].append(_resize(obs[cam], policy.image_size))
             parts = [np.asarray(obs[key], dtype=np.float32).reshape(len(act), -1) for key in policy.proprio]
             proprio.append(np.concatenate(parts, axis=1) if parts else np.zeros((len(act), 0), np.float32))
             if policy.kind == "object_centric":
-                from r2s2r.policy.object_centric import frame_labels
-
                 labels.append(frame_labels(obs["datagen_info"]))
             actions.append(act.astype(np.float32))
             starts.append(np.full(len(act), offset))
             ends.append(np.full(len(act), offset + len(act) - 1))
             offset += len(act)
+        caches = {c: frame_cache_file(path, names, c, size) for c in policy.cameras}
+        images = {c: _mapped_frames(file, offset, size) for c, file in caches.items()}
+        missing = [c for c, frames in images.items() if frames is None]
+        if missing:
+            _write_frame_caches(reader, names, {c: caches[c] for c in missing}, size)
+            images.update({c: _mapped_frames(caches[c], offset, size) for c in missing})
     return LoadedDataset(
-        path=str(path), domain=domain, weight=float(entry.weight),
-        images={c: np.concatenate(v) for c, v in images.items()},
+        path=str(path), domain=domain, weight=float(entry.weight), images=images,
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
         demo_start=np.concatenate(starts), demo_end=np.concatenate(ends), num_demos=len(names),
         labels=np.concatenate(labels) if labels else None, demo_objects=objects)

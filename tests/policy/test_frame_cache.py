@@ -1,0 +1,92 @@
+"""Frames stream from the frame cache: the same frames as the dataset holds, decoded once, re-read when the dataset
+changes, never presented half-written."""
+
+from __future__ import annotations
+
+import shutil
+
+import cv2
+import h5py
+import numpy as np
+import pytest
+
+from r2s2r.data.hdf5 import DemoReader
+from r2s2r.policy.config import DatasetCfg, PolicyCfg
+from r2s2r.policy.data import frame_cache_file, load_dataset
+
+POLICY = PolicyCfg(cameras=("right_wrist",), image_size=(24, 24))  # the fixture's 32² frames, resized
+
+
+def reader_frames(path, size=(24, 24)) -> np.ndarray:
+    """The oracle: every demo's right_wrist frames as the dataset reader gives them, resized as the policy sees
+    them (OpenCV's area interpolation), concatenated."""
+    with DemoReader(path) as reader:
+        frames = [reader.load(n)["obs"]["right_wrist"] for n in reader.names]
+    return np.concatenate([[cv2.resize(f, size[::-1], interpolation=cv2.INTER_AREA) for f in demo]
+                           for demo in frames])
+
+
+@pytest.fixture
+def dataset(tmp_path, policy_datasets, monkeypatch):
+    """A private copy of the real dataset and an empty frame cache."""
+    monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "real.hdf5"
+    shutil.copy(policy_datasets["real"], path)
+    return path
+
+
+def cache_files(tmp_path) -> list:
+    return sorted(p.name for p in (tmp_path / "cache").iterdir()) if (tmp_path / "cache").exists() else []
+
+
+def test_frames_are_the_readers_and_the_second_load_reads_none_from_the_dataset(dataset, tmp_path, monkeypatch):
+    first = load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    np.testing.assert_array_equal(first.images["right_wrist"], reader_frames(dataset))
+    assert len(cache_files(tmp_path)) == 1
+    asked = []
+    load = DemoReader.load
+    monkeypatch.setattr(DemoReader, "load", lambda self, name, only=None: asked.append(only) or load(self, name, only))
+    second = load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    assert asked and not any("obs/right_wrist" in (only or ("obs/right_wrist",)) for only in asked)
+    np.testing.assert_array_equal(second.images["right_wrist"], first.images["right_wrist"])
+    np.testing.assert_array_equal(second.actions, first.actions)
+    # Another image size, or fewer demos, is another cache file.
+    assert load_dataset(DatasetCfg(path=str(dataset), demos=1), POLICY).images["right_wrist"].shape[0] < len(first)
+    assert load_dataset(DatasetCfg(path=str(dataset)), PolicyCfg(cameras=("right_wrist",), image_size=(16, 16))
+                        ).images["right_wrist"].shape[1:] == (16, 16, 3)
+    assert len(cache_files(tmp_path)) == 3
+
+
+def test_a_changed_dataset_is_read_again(dataset):
+    before = load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"]
+    with h5py.File(dataset, "a") as f:
+        frames = f["data/demo_0/obs/right_wrist"]
+        frames[...] = 255 - frames[...]
+    after = load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"]
+    np.testing.assert_array_equal(after, reader_frames(dataset))
+    assert not np.array_equal(after, before)
+
+
+def test_an_interrupted_write_leaves_no_cache_file_and_a_damaged_one_is_written_again(dataset, tmp_path,
+                                                                                      monkeypatch):
+    import r2s2r.policy.data as data
+
+    resize, calls = data._resize, []
+
+    def interrupted(frames, size):  # the second demo's frames never arrive
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return resize(frames, size)
+
+    monkeypatch.setattr(data, "_resize", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    assert cache_files(tmp_path) == []
+    monkeypatch.setattr(data, "_resize", resize)
+    expected = reader_frames(dataset)
+    np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"], expected)
+    with DemoReader(dataset) as reader:
+        file = frame_cache_file(dataset, reader.names, "right_wrist", (24, 24))
+    file.write_bytes(file.read_bytes()[:-7])  # cut short, as by a full disk
+    np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"], expected)
