@@ -130,12 +130,12 @@ def _check_trials(trials: Iterable[Trial]) -> list[Trial]:
     return checked
 
 
-def _load_rows(path: Path) -> list[dict]:
-    """The complete rows of a results file; a last line cut off by an interruption is dropped from the file."""
+def read_rows(path: Path) -> tuple[list[dict], list[str], str]:
+    """The complete rows of a results file, its complete lines, and a last line an interruption cut off ("" if
+    none; a run still writing may show one). Reads only; ConfigError for a line that is not a results row."""
     if not path.exists():
-        return []
-    text = path.read_text()
-    lines = text.split("\n")
+        return [], [], ""
+    lines = path.read_text().split("\n")
     complete, partial = lines[:-1], lines[-1]
     rows = []
     for number, line in enumerate(complete, 1):
@@ -150,6 +150,12 @@ def _load_rows(path: Path) -> list[dict]:
             raise ConfigError(f"{path}: line {number} = {line[:200]!r}: expected a results row with index, "
                               f"seed, condition and success")
         rows.append(row)
+    return rows, complete, partial
+
+
+def _load_rows(path: Path) -> list[dict]:
+    """The complete rows of a results file; a last line cut off by an interruption is dropped from the file."""
+    rows, complete, partial = read_rows(path)
     if partial.strip():
         # The run was stopped mid-write: that trial did not finish recording, so it is run again. The file is
         # rewritten without it so that the next row starts on a line of its own.
