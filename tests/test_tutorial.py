@@ -191,10 +191,11 @@ def test_the_evaluation_has_every_trial_of_every_policy_and_its_interval(tutoria
                for name in results)
     assert (folder / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     base = results["real_only"]["overall"]
-    for name in ("wg_bu", "wu_bu"):  # the difference the tutorial prints
+    for name in ("wg_bu", "wu_bu"):  # the difference compare.py prints
         o = results[name]["overall"]
         d, low, high = difference_interval(o["successes"], trials, base["successes"], trials)
-        assert f"{name} - real_only: {100 * d:+.0f} points [{100 * low:+.0f}, {100 * high:+.0f}]" in stdout
+        versus = re.escape(f"| {100 * d:+.0f} [{100 * low:+.0f}, {100 * high:+.0f}] |")
+        assert re.search(rf"^\| {name} \| [^|]+ {versus}", stdout, re.M), stdout
 
 
 def test_the_smoke_experiment_command_lists_its_stages(tutorial):
