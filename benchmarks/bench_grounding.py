@@ -3,8 +3,8 @@ calibrate.py, every calibrated parameter checked against its tolerance.
 
 Truths: the shipped ones (`--truths reality reality_alt`) and/or `--sampled N` drawn by `r2s2r.real.truths`
 (seeds `--seed` .. `--seed + N - 1`, as scripts/sample_truths.py writes them). Each session uses
-record_calibration.py's defaults (seed 0) unless `--views`, `--fisheye-views` or `--arm-poses` say otherwise. Tolerances (the study's, per item; a parameter passes on a truth when
-every item does):
+record_calibration.py's defaults (seed 0) unless `--views`, `--fisheye-views` or `--arm-poses` say otherwise.
+Tolerances (the study's, per item; a parameter passes on a truth when every item does):
 
     reprojection RMS < 0.5 px, focal length within 1 %, head camera extrinsics within 3 mm and 0.2 deg, robot base
     and conveyor registration within 3 mm, link-length offsets within 0.5 mm, drive gains, joint damping and joint
@@ -107,8 +107,9 @@ def passes(error: float, bound: float) -> bool:
 
 def ground(truth_path: Path, tmp: Path, views: int, fisheye_views: int,
            arm_poses: int) -> tuple[dict, float, float, str | None]:
-    """Record a session of these sizes on the twin of `truth_path` and ground it: (errors per parameter and item, record s, calibrate s, the calibration's error message if it
-    stopped). Session and grounded world stay in `tmp`."""
+    """Record a session of these sizes on the twin of `truth_path` and ground it: (errors per parameter and item,
+    record s, calibrate s, the calibration's error message if it stopped). Session and grounded world stay in
+    `tmp`."""
     session, output = tmp / f"{truth_path.stem}_session.h5", tmp / f"{truth_path.stem}_grounded.yaml"
     t0 = time.perf_counter()
     record_calibration.record(TwinRig(truth_path), session, views=views, fisheye_views=fisheye_views, size=512,

@@ -3,8 +3,8 @@
 (a) Training samples/s of the real pipeline, `Trainer.train_step(trainer.sampler.sample())` (sampling from the
     datasets, their frames mapped from the frame cache; random-shift augmentation, LR schedule, gradient clipping,
     EMA), against a bare loop on a copy of the same model at the same batch size: one pre-built batch of tensors
-    reused every step, forward + flow loss + backward + AdamW step, nothing else. The two alternate in short blocks (ABBA order) in the same run so
-    load from other work on the machine falls on both alike. Ratio = pipeline / bare; goal >= 0.9 (the data
+    reused every step, forward + flow loss + backward + AdamW step, nothing else. The two alternate in short blocks
+    (ABBA order) in the same run so load from other work on the machine falls on both alike. Ratio = pipeline / bare; goal >= 0.9 (the data
     pipeline is not the bottleneck).
 (b) Inference latency of `PolicyAgent.predict_chunk` on one real observation (a step of the dataset) on the CPU,
     with 1 torch thread and with torch's default, against the control budget: 1 / control_hz (50 ms at 20 Hz) per

@@ -62,8 +62,9 @@ def compare(arms: list[tuple[str, list[Path]]]) -> dict:
             summary = summarize(rows)
         except ValueError as e:
             raise ConfigError(f"--arm {name}: {e}") from None
-        trials = sorted(Counter((row["seed"], row["condition"]) for row in rows).items())
-        report["arms"][name] = {"files": [str(f) for f in files], "summary": summary, "trials": trials}
+        trials = Counter((row["seed"], row["condition"]) for row in rows)
+        report["arms"][name] = {"files": [str(f) for f in files], "summary": summary,
+                                "trials": [[seed, condition, n] for (seed, condition), n in sorted(trials.items())]}
     names = [name for name, _ in arms]
     first = report["arms"][names[0]]
     for name in names[1:]:
@@ -73,33 +74,32 @@ def compare(arms: list[tuple[str, list[Path]]]) -> dict:
                                               first["summary"]["overall"]["successes"],
                                               first["summary"]["overall"]["trials"])
         arm["versus_first"] = {"difference": diff, "interval": [low, high],
-                               "paired": {s for s, _ in arm["trials"]} == {s for s, _ in first["trials"]}}
-    for arm in report["arms"].values():
-        arm["trials"] = [[seed, condition, count] for (seed, condition), count in arm["trials"]]
+                               "paired": _trial_set(arm) == _trial_set(first)}
     return report
 
 
-def _rate(entry: dict) -> str:
-    if not entry["trials"]:
-        return "–"
-    low, high = entry["interval"]
-    return f"{entry['successes']}/{entry['trials']} ({100 * entry['rate']:.0f} % [{100 * low:.0f}, {100 * high:.0f}])"
+def _trial_set(arm: dict) -> set[tuple[int, str]]:
+    """The (seed, condition) pairs an arm ran."""
+    return {(seed, condition) for seed, condition, _ in arm["trials"]}
 
 
 def markdown(report: dict) -> str:
+    from r2s2r.evaluation.protocol import SHIFTED
+    from r2s2r.evaluation.report import rate_text
+
     names = list(report["arms"])
-    lines = [f"| arm | overall | vs {names[0]} (Newcombe 95 %) | nominal | shifted | lighting / belt speed / "
-             "novel / combined | failures |", "|---|---:|---:|---:|---:|---|---|"]
+    conditions = " / ".join(c.replace("_", " ") for c in SHIFTED)
+    lines = [f"| arm | overall | vs {names[0]} (Newcombe 95 %) | nominal | shifted | {conditions} | failures |",
+             "|---|---:|---:|---:|---:|---|---|"]
     for name, arm in report["arms"].items():
         s = arm["summary"]
         versus = arm.get("versus_first")
         vs = "" if versus is None else (
             f"{100 * versus['difference']:+.0f} [{100 * versus['interval'][0]:+.0f}, {100 * versus['interval'][1]:+.0f}]"
             + ("" if versus["paired"] else " (other trials)"))
-        shifted = ", ".join(f"{s[c]['successes']}/{s[c]['trials']}" for c in ("lighting", "belt_speed",
-                                                                             "novel_objects", "combined"))
+        shifted = ", ".join(f"{s[c]['successes']}/{s[c]['trials']}" for c in SHIFTED)
         failures = ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in s["failures"].items()) or "none"
-        lines.append(f"| {name} | {_rate(s['overall'])} | {vs} | {s['nominal']['successes']}/"
+        lines.append(f"| {name} | {rate_text(s['overall'])} | {vs} | {s['nominal']['successes']}/"
                      f"{s['nominal']['trials']} | {s['shifted']['successes']}/{s['shifted']['trials']} | {shifted} | "
                      f"{failures} |")
     return "\n".join(lines) + "\n"

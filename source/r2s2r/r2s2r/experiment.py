@@ -225,15 +225,11 @@ def _summaries(run_dir: Path, task: str, names: list[str]) -> dict[str, dict]:
     return out
 
 
-def _pct(entry: dict) -> str:
-    lo, hi = entry["interval"]
-    return f"{entry['successes']}/{entry['trials']} ({100 * entry['rate']:.0f} % [{100 * lo:.0f}, {100 * hi:.0f}])"
-
-
 def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     """The experiment's tables from its evaluation stages: `report/experiment.{json,md}` and the real side's
     results table and plot (`report/<task>/results.*`)."""
     from r2s2r.evaluation import difference_interval, main_effect
+    from r2s2r.evaluation.report import rate_text
     from r2s2r.evaluation.policies import ranking
     from r2s2r.evaluation.report import write_report
 
@@ -258,10 +254,10 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
              "Success on the real side (the reality twin), k/n (rate [Wilson 95 %]).", "",
              "| world \\ behaviour | grounded | ungrounded |", "|---|---|---|"]
     for w in ("grounded", "ungrounded"):
-        cells = [_pct(real[next(c for c, v in CONFIGS.items() if v[:2] == (w, b))]["overall"])
+        cells = [rate_text(real[next(c for c, v in CONFIGS.items() if v[:2] == (w, b))]["overall"])
                  for b in ("grounded", "ungrounded")]
         lines.append(f"| {w} | {cells[0]} | {cells[1]} |")
-    lines += ["", f"Real-only baseline: {_pct(real['real_only']['overall'])}.", ""]
+    lines += ["", f"Real-only baseline: {rate_text(real['real_only']['overall'])}.", ""]
     for axis, e in effects.items():
         lo, hi = e["interval"]
         lines.append(f"- Main effect of {axis} grounding (averaged over the other axis): {100 * e['effect']:+.0f} "
@@ -269,7 +265,8 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     lines.append(f"- Alignment option ({' '.join(scale.align)}; wg_bg_align vs wg_bg): "
                  f"{100 * alignment[0]:+.0f} points [{100 * alignment[1]:+.0f}, {100 * alignment[2]:+.0f}]")
     lines += ["", "| policy | overall | nominal | shifted |", "|---|---|---|---|"]
-    lines += [f"| {n} | {_pct(s['overall'])} | {_pct(s['nominal'])} | {_pct(s['shifted'])} |" for n, s in real.items()]
+    lines += [f"| {n} | {rate_text(s['overall'])} | {rate_text(s['nominal'])} | {rate_text(s['shifted'])} |"
+              for n, s in real.items()]
     lines += ["", "Sim as evaluator (overall success in sim vs on the real side, over the policies above):", "",
               "| sim world | Pearson r | Spearman rho | MMRV |", "|---|---:|---:|---:|"]
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731

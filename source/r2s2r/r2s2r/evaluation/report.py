@@ -39,6 +39,14 @@ def _check_summaries(summaries: object) -> None:
                                   f"interval = {entry['interval']!r}: expected a rate and a (low, high) interval")
 
 
+def rate_text(entry: Mapping) -> str:
+    """A summary entry as "successes/trials (rate % [Wilson interval])", whole percent; "–" without trials."""
+    if not entry["trials"]:
+        return "–"
+    low, high = entry["interval"]
+    return f"{entry['successes']}/{entry['trials']} ({100 * entry['rate']:.0f} % [{100 * low:.0f}, {100 * high:.0f}])"
+
+
 def _cell(entry: Mapping) -> str:
     if not entry["trials"]:
         return "0/0 (no trials)"

@@ -57,7 +57,7 @@ class PolicyAgent:
             if frame.shape[:2] != tuple(self.cfg.image_size):
                 raise CheckpointError(f"{self.name}: camera {cam!r} renders {list(frame.shape[:2])} pixels; the "
                                       f"policy was trained on {list(self.cfg.image_size)} (policy.image_size)")
-            images[cam] = torch.from_numpy(np.array(frame))[None]  # a copy: the frame may be read-only
+            images[cam] = torch.from_numpy(np.require(frame, requirements="CW"))[None]  # copied if read-only or strided
         proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=np.float32).ravel() for k in self.cfg.proprio]) \
             if self.cfg.proprio else np.zeros(0, np.float32)
         return images, torch.from_numpy(proprio)[None]

@@ -61,7 +61,7 @@ def embed(policy: Policy, images: Mapping[str, np.ndarray], proprio: np.ndarray,
     out = np.empty((n, policy.estimator.mlp[0].in_features if object_centric else cfg.dim), dtype=np.float32)
     for start in tqdm(range(0, n, batch_size), desc=desc, unit="batch", disable=not progress):
         stop = min(n, start + batch_size)
-        batch_images = {c: torch.from_numpy(np.array(images[c][start:stop])).to(device)
+        batch_images = {c: torch.from_numpy(np.require(images[c][start:stop], requirements="CW")).to(device)
                         for c in cfg.cameras}
         if object_centric:  # the estimator looks through cameras[0], as the deployed agent does
             latent = policy.estimator.latent(to_unit(batch_images[cfg.cameras[0]]))[0]

@@ -103,9 +103,9 @@ class Photometric:
 
 
 def to_unit(images: np.ndarray | torch.Tensor) -> torch.Tensor:
-    """uint8 (B, H, W, 3) -> float (B, 3, H, W) in [0, 1]; frames mapped read-only from the frame cache are
-    copied, not wrapped (torch cannot wrap a read-only array)."""
-    x = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.array(images))
+    """uint8 (B, H, W, 3) -> float (B, 3, H, W) in [0, 1]. A batch gathered from the frames is wrapped as it is;
+    frames mapped read-only from the frame cache are copied first (torch cannot wrap a read-only array)."""
+    x = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.require(images, requirements="W"))
     return x.permute(0, 3, 1, 2).float() / 255.0
 
 

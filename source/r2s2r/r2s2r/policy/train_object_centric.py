@@ -133,6 +133,10 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
     errors = {f"{name}_xy": np.linalg.norm(err[:, :2], axis=1) for name, err in signed.items()}
     errors["tracker_across_belt"] = np.abs(signed["tracker"][:, 1])
 
+    def fraction(flags: np.ndarray, frames: np.ndarray) -> float:
+        """The fraction of `frames` where `flags` holds (0 without frames), to three decimals."""
+        return round(float(flags[frames].mean()), 3) if frames.any() else 0.0
+
     def stats(err: np.ndarray) -> dict:
         if not len(err):
             return {"frames": 0}
@@ -150,12 +154,12 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
 
     report: dict = {"path": d.path, "demos": d.num_demos}
     for name, frames in (("approach", approach), ("grasp_window", window)):
-        report[name] = {"measured_fraction": round(float(measured[frames].mean()), 3) if frames.any() else 0.0}
+        report[name] = {"measured_fraction": fraction(measured, frames)}
         for key, err in errors.items():
             report[name][key] = stats(err[frames & measured] if key == "measurement_xy" else err[frames])
         report[name]["bias"] = bias(frames)
     report["carry"] = {"bin": stats(100 * np.linalg.norm(state[carry, TRACKED_BIN] - d.labels[carry, BIN], axis=1)),
-                       "wrong_bin_fraction": round(float(wrong_bin[carry].mean()), 3) if carry.any() else 0.0}
+                       "wrong_bin_fraction": fraction(wrong_bin, carry)}
     report["by_object"] = {}
     for obj in sorted(set(d.demo_objects) - {""}):
         of_obj = np.isin(demo_of, [k for k, o in enumerate(d.demo_objects) if o == obj])
@@ -163,8 +167,7 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
                                     "grasp_window": {**bias(window & of_obj),
                                                      "tracker_across_belt": stats(errors["tracker_across_belt"][
                                                          window & of_obj])},
-                                    "carry_wrong_bin_fraction": round(float(wrong_bin[carry & of_obj].mean()), 3)
-                                    if (carry & of_obj).any() else 0.0}
+                                    "carry_wrong_bin_fraction": fraction(wrong_bin, carry & of_obj)}
     return report
 
 
