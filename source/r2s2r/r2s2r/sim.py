@@ -40,6 +40,19 @@ def lighting_gain(lighting: LightingCfg, rng: np.random.Generator) -> np.ndarray
     return rng.uniform(*lighting.intensity_range) * (1.0 + rng.uniform(-lighting.tint, lighting.tint, 3))
 
 
+def light_draw(nominal_pos: np.ndarray, nominal_diffuse: np.ndarray, rng: np.random.Generator,
+               scale: tuple[float, float] = (1.0, 1.0), tint: float = 0.0, jitter: float = 0.0,
+               gain: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The lights (positions, diffuse colours; (nlight, 3) each) at a draw around their nominal state: each light's
+    intensity scaled by a factor in `scale` and each of its colour channels by 1 + U(-tint, tint), its position moved
+    by up to `jitter` m per axis; then every light multiplied by the RGB `gain` (see `lighting_gain`)."""
+    pos = nominal_pos + rng.uniform(-jitter, jitter, nominal_pos.shape)
+    factor = rng.uniform(*scale, (len(nominal_diffuse), 1))
+    tints = 1.0 + rng.uniform(-tint, tint, nominal_diffuse.shape)
+    gain = np.ones(3) if gain is None else gain
+    return pos, np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
+
+
 class CellSim:
     """A cell (`CellCfg`) compiled and on a physics backend, with the drive model, index tables and appearance
     setters everything that simulates it uses.
@@ -104,18 +117,14 @@ class CellSim:
         if active is not None:
             m.geom_rgba[m.geom(object_body_name(active)).id] = rgba
 
-    def vary_lights(self, rng: np.random.Generator, scale: tuple[float, float] = (1.0, 1.0), tint: float = 0.0,
-                    jitter: float = 0.0, gain: np.ndarray | None = None) -> None:
-        """The lights at a draw around their nominal state: each light's intensity scaled by a factor in `scale` and
-        each of its colour channels by 1 + U(-tint, tint), its position moved by up to `jitter` m per axis; then
-        every light multiplied by the RGB `gain` (see `lighting_gain`)."""
-        m = self.model
-        nominal_pos, nominal_diffuse = self.lights_nominal
-        m.light_pos[:] = nominal_pos + rng.uniform(-jitter, jitter, nominal_pos.shape)
-        factor = rng.uniform(*scale, (len(nominal_diffuse), 1))
-        tints = 1.0 + rng.uniform(-tint, tint, nominal_diffuse.shape)
-        gain = np.ones(3) if gain is None else gain
-        m.light_diffuse[:] = np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
+    def vary_lights(self, rng: np.random.Generator, **draw) -> None:
+        """The lights at a draw around their nominal state (`light_draw`'s keywords)."""
+        self.set_light_state(*light_draw(*self.lights_nominal, rng, **draw))
+
+    def set_light_state(self, pos: np.ndarray, diffuse: np.ndarray) -> None:
+        """Every light's position and diffuse colour ((nlight, 3) each), e.g. an episode's draw."""
+        self.model.light_pos[:] = pos
+        self.model.light_diffuse[:] = diffuse
 
     def set_lights(self, gain=1.0, levels: dict[str, float] | None = None) -> None:
         """The lights at their nominal poses, their colours times `gain` (a scalar or RGB); 1.0: as built.

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import torch
 
 from r2s2r.cell.spec import ObjectCfg
 from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
 from r2s2r.core import ConfigError
 from r2s2r.geometry import mat_to_quat, quat_to_mat
-from r2s2r.sim import CellSim, belt_drive_speed, lighting_gain
+from r2s2r.sim import CellSim
+from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
+from r2s2r.tasks.pick_sort.mdp import FAILURES, OUTCOMES, SUCCESS
 from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer
-
-FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
-SETTLE_SPEED = 0.05  # m/s: an object slower than this is at rest
-LIFTED_HEIGHT = 0.06  # m above the belt surface: the object has been picked up
 
 
 class PickSortEnv(gym.Env):
@@ -84,47 +83,36 @@ class PickSortEnv(gym.Env):
                 ),
             }
         )
-        self._rng = self.belt_rng = self._light_rng = np.random.default_rng()
+        self._rng = self.belt_rng = np.random.default_rng()
+        self._judge = mdp.Judge(cell)
 
     # ----------------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
-        self._rng = np.random.default_rng(seed)
-        # The belt's speed jitter draws from its own stream, so rendering (which draws sensor noise) or not does not
-        # change the physics of a seeded episode.
-        self.belt_rng = np.random.default_rng(None if seed is None else (seed, 1))
-        self._light_rng = np.random.default_rng(None if seed is None else (seed, 2))
-        m, cell, cfg, rng = self.model, self.cell, self.cfg, self._rng
+        m, cfg = self.model, self.cfg
         condition = (options or {}).get("condition", cfg.condition)
-        if condition not in CONDITIONS:
-            raise ConfigError(f"condition = {condition!r}: expected one of {', '.join(CONDITIONS)}")
+        episode = mdp.sample_episodes(cfg, [seed], [condition], self.sim.lights_nominal)
+        self._rng, self.belt_rng = episode.rngs[0], episode.belt_rngs[0]
         self.condition_name = condition
         self.condition = CONDITIONS[condition]
-        self.objects = cell.novel_objects if self.condition.novel_objects else cell.objects
-        lo, hi = self.condition.belt_speed or cell.belt.speed_range
-        self.belt_speed = float(rng.uniform(lo, hi))
-        self.obj = self.objects[rng.integers(len(self.objects))]
-        self.colour = self.colours[rng.integers(len(self.colours))]
-        self._randomize_lights(rng)
+        self.objects = self.cell.novel_objects if self.condition.novel_objects else self.cell.objects
+        self.belt_speed = float(episode.belt_setpoint[0])
+        self.obj, self.colour = episode.objects[0], episode.colour[0]
+        self._episode = torch.tensor([episode.object_index[0], episode.colour_index[0]])
+        self.sim.set_light_state(episode.light_pos[0], episode.light_diffuse[0])
 
         qpos, ctrl, qvel = m.key_qpos[0].copy(), m.key_ctrl[0].copy(), np.zeros(m.nv)
         self.obj_body, self.obj_geom, self.obj_qadr, self.obj_dadr = self.sim.object_address(self.obj)
-        self.sim.paint_objects(self.obj, cell.colours[self.colour])
-        delay = rng.uniform(*cfg.spawn_delay)
-        x0 = max(cfg.spawn_x - self.belt_speed * delay, -cell.belt.length / 2 + 0.08 + cell.belt.center[0])
-        y0 = cell.belt.center[1] + rng.uniform(*cfg.lateral_range)
-        z0 = cell.belt.center[2] + self.obj.half_height + 0.001
-        qpos[self.obj_qadr:self.obj_qadr + 3] = (x0, y0, z0)
-        yaw = rng.uniform(-np.pi, np.pi) if self.obj.shape in ("box", "ellipsoid") else 0.0
-        qpos[self.obj_qadr + 3:self.obj_qadr + 7] = (np.cos(yaw / 2), 0, 0, np.sin(yaw / 2))
-        true_speed = belt_drive_speed(cell.belt, self.belt_speed, None)
+        self.sim.paint_objects(self.obj, self.cell.colours[self.colour])
+        qpos[self.obj_qadr:self.obj_qadr + 7] = episode.object_pose[0]
+        true_speed = episode.belt_speed[0]
         qvel[self.obj_dadr] = true_speed
         qvel[self.index.belt_dof] = true_speed
         ctrl[self.index.belt_act] = true_speed
         self.physics.reset(qpos, qvel, ctrl)
         self._ctrl = ctrl
         self.steps = 0
-        self.lifted = False
+        self.lifted = torch.zeros(1, dtype=torch.bool)
         obs = self.observe()
         return obs, self._info(None)
 
@@ -140,13 +128,6 @@ class PickSortEnv(gym.Env):
         if state.shape != (nq + nv,):
             raise ValueError(f"state has shape {state.shape}: expected ({nq + nv},) = qpos ({nq}) | qvel ({nv})")
         self.physics.reset(state[:nq], state[nq:], self._ctrl)
-
-    def _randomize_lights(self, rng: np.random.Generator) -> None:
-        # The condition's shift (per light) on top of the cell's own trial-to-trial lighting, which draws from a
-        # stream of its own so that a cell without lighting variation samples its episodes as before.
-        c = self.condition
-        self.sim.vary_lights(rng, scale=c.light_scale, tint=c.light_tint, jitter=c.light_jitter,
-                             gain=lighting_gain(self.cell.lighting, self._light_rng))
 
     # ----------------------------------------------------------------------------------------------------------
     def arm_targets(self, ee_pose: np.ndarray, seed: np.ndarray) -> np.ndarray:
@@ -166,7 +147,7 @@ class PickSortEnv(gym.Env):
             q_arm = self.arm_targets(action[:7], self._ctrl[self.index.arm_act])
         else:
             q_arm = action[:7]
-        self._ctrl[self.index.belt_act] = belt_drive_speed(self.cell.belt, self.belt_speed, self.belt_rng)
+        self._ctrl[self.index.belt_act] = mdp.drive_speeds(self.cell.belt, [self.belt_speed], [self.belt_rng])[0]
         self.sim.control_period(self._ctrl, q_arm, action[7:], self.substeps)
         self.steps += 1
         failure, success = self.evaluate()
@@ -178,27 +159,15 @@ class PickSortEnv(gym.Env):
         return obs, float(success), terminated, truncated, self._info(failure, success)
 
     def evaluate(self) -> tuple[str | None, bool]:
-        """(failure name or None, success) from the object's current state; see FAILURES. Updates whether the
-        object has been lifted, so call it once per control period (step does)."""
-        if self.physics.unstable()[0]:
-            return "unstable", False
+        """(failure name or None, success) from the object's current state by the task's rules (`mdp.Judge`).
+        Updates whether the object has been lifted, so call it once per control period (step does)."""
         d = self.physics.host_data(0)
-        pos = d.xpos[self.obj_body]
-        speed = float(np.linalg.norm(d.qvel[self.obj_dadr:self.obj_dadr + 3]))
-        belt = self.cell.belt
-        if pos[2] > belt.center[2] + self.obj.half_height + LIFTED_HEIGHT:
-            self.lifted = True
-        bin_colour = self._bin_containing(pos)
-        if bin_colour is not None and speed < SETTLE_SPEED:
-            return (None, True) if bin_colour == self.colour else ("wrong_bin", False)
-        belt_end = belt.center[0] + belt.length / 2
-        if pos[0] > belt_end and pos[2] < belt.center[2] - 0.02:
-            return "fell_off_belt", False
-        if self.lifted and bin_colour is None and speed < SETTLE_SPEED and not self._touching_robot(d):
-            return "dropped", False
-        if not self.lifted and pos[2] < belt.center[2] - 0.02:
-            return "dropped", False
-        return None, False
+        code, self.lifted = self._judge.outcome(
+            torch.from_numpy(d.xpos[self.obj_body])[None], torch.from_numpy(d.qvel[self.obj_dadr:self.obj_dadr + 3])[None],
+            self._episode[:1], self._episode[1:], self.lifted, torch.tensor([self._touching_robot(d)]),
+            torch.from_numpy(self.physics.unstable()))
+        code = int(code[0])
+        return (None if code in (mdp.RUNNING, SUCCESS) else OUTCOMES[code]), code == SUCCESS
 
     def _touching_robot(self, d) -> bool:
         g1, g2 = d.contact.geom1[:d.ncon], d.contact.geom2[:d.ncon]
@@ -206,13 +175,6 @@ class PickSortEnv(gym.Env):
         obj = self.obj_body
         robot = self.index.robot_bodies  # an object touching the right arm or hand is held or being grasped
         return bool(np.any((b1 == obj) & robot[b2]) or np.any((b2 == obj) & robot[b1]))
-
-    def _bin_containing(self, pos: np.ndarray) -> str | None:
-        for colour, b in self.bins.items():
-            hx, hy = b.inner_size[0] / 2, b.inner_size[1] / 2
-            if abs(pos[0] - b.center[0]) < hx and abs(pos[1] - b.center[1]) < hy and pos[2] < b.center[2] + b.wall_height:
-                return colour
-        return None
 
     # ----------------------------------------------------------------------------------------------------------
     def observe(self) -> dict:
