@@ -111,18 +111,18 @@ def _episode(seed: int) -> tuple[str, str]:
 
 @pytest.mark.parametrize("own, outcome", [(True, "success"), (False, "wrong_bin")])
 def test_admission_is_the_tasks_outcome_for_the_ended_episode(task, isaaclab_env, own, outcome):
-    """An object at rest in its own bin is a success, in another bin `wrong_bin`, as the reference judges it; the
+    """An object at rest in its own bin is a success, in another bin `wrong_bin`, as MuJoCo C's environment judges it; the
     info names the episode that ended, although Isaac Lab has already reset to the next (seed + 1)."""
     seed = next(s for s in range(50) if _episode(s) != _episode(s + 1))
     obs, _ = task.reset(seed=seed)
     isaaclab_env.set_state(settled_in_bin(seed, own)[0])
-    proprio = task.reference.observe()["proprio"]
+    proprio = task.observe()["proprio"]
     hold = np.concatenate([proprio["ee_pose"], proprio["hand_q"]])  # the grasp site where it is
     _, reward, terminated, truncated, info = task.step(hold)
     assert terminated and not truncated
     assert (info["success"], info["failure"], reward) == ((True, None, 1.0) if own else (False, outcome, 0.0))
     assert (info["object"], info["colour"]) == _episode(seed)
-    assert (task.reference.obj.name, task.reference.colour) == _episode(seed + 1)
+    assert (task.obj.name, task.colour) == _episode(seed + 1)
 
 
 def test_generate_script_runs_an_isaaclab_task_under_the_launcher(tmp_path):

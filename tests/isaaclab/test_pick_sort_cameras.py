@@ -29,7 +29,7 @@ RENDER_REPS = 10
 
 def record() -> dict[str, np.ndarray]:
     """Run the Isaac Lab environment with all cameras (and depth) through FRAMES: each frame's images and the state
-    it showed (the reference's qpos | qvel), and each camera's render time."""
+    it showed (Newton's, in MuJoCo's qpos | qvel layout), and each camera's render time."""
     import torch
     from isaaclab_tasks.utils.parse_cfg import parse_env_cfg
 
@@ -43,7 +43,7 @@ def record() -> dict[str, np.ndarray]:
 
     def keep(frame: str, obs: dict) -> None:
         out.update({f"{frame}/{k}": v[0].numpy() for k, v in obs["images"].items()})
-        out[f"{frame}/state"] = env.references[0].state()
+        out[f"{frame}/state"] = env.mujoco_states()[0]
 
     obs, _ = env.reset(seed=SEED)
     keep("reset", obs)

@@ -72,18 +72,23 @@ def test_reset_matches_the_reference_episode_and_steps_on_the_cpu(isaaclab_env):
                                                                "belt_setpoint")])
     # The same seeded episode (object, colour, spawn, belt speed), up to Newton's float32 state.
     assert np.allclose(obs["policy"][0].numpy(), expected, atol=1e-5)
-    mirror = isaaclab_env.references[0]
-    assert (mirror.obj.name, mirror.colour, mirror.belt_speed) == (ref.obj.name, ref.colour, ref.belt_speed)
+    env = isaaclab_env
+    assert (env.episode_objects[0].name, env.episode_colours[0], env.setpoint[0]) == (ref.obj.name, ref.colour,
+                                                                                       ref.belt_speed)
+    # The privileged group is the reference's, term by term, read from Newton's state.
+    privileged = env.observation_dict(obs, 0)["privileged"]
+    for name, value in ref_obs["privileged"].items():
+        assert np.allclose(privileged[name], value, atol=1e-5), name
 
-    x0 = mirror.observe()["privileged"]["object_pos"][0]
+    x0 = privileged["object_pos"][0]
     action = torch.tensor(_hold(obs["policy"]), dtype=torch.float32)[None]
     periods = 10
     for _ in range(periods):
-        obs, reward, terminated, truncated, extras = isaaclab_env.step(action)
+        obs, reward, terminated, truncated, extras = env.step(action)
         assert extras["outcome"] == [None] and not terminated[0] and not truncated[0] and reward[0] == 0
     # The object rides the belt by friction at the episode's speed (the ungrounded belt has no scale or jitter).
-    travelled = mirror.observe()["privileged"]["object_pos"][0] - x0
-    assert travelled == pytest.approx(mirror.belt_speed * periods * 0.05, rel=0.05)
+    travelled = env.observation_dict(obs, 0)["privileged"]["object_pos"][0] - x0
+    assert travelled == pytest.approx(ref.belt_speed * periods * 0.05, rel=0.05)
     assert torch.isfinite(obs["policy"]).all()
 
 

@@ -42,7 +42,7 @@ def test_mimic_cfg_has_the_four_annotated_subtasks():
 def test_target_pose_to_action_round_trips_through_forward_kinematics(isaaclab_env):
     obs, _ = isaaclab_env.reset(seed=3)
     q0 = obs["policy"][0, :7].numpy().astype(float)
-    ik = isaaclab_env.references[0].ik
+    ik = isaaclab_env.ik
     rng = np.random.default_rng(0)
     hand = torch.linspace(0.0, 1.0, 20)
     worst_pos = worst_rot = 0.0
@@ -72,7 +72,7 @@ def test_eef_and_object_poses_equal_the_reference_after_the_same_joint_actions(i
     ref = PickSortEnv(world="ungrounded", cameras=(), action_mode="joint")
     ref.reset(seed=3)
     obs, _ = isaaclab_env.reset(seed=3)
-    priv = isaaclab_env.references[0].observe()["privileged"]
+    priv = isaaclab_env.observation_dict(obs, 0)["privileged"]
     frames = isaaclab_env.get_object_poses()
     assert np.allclose(frames["object"][0, :3, 3].numpy(), priv["object_pos"], atol=1e-6)
     assert np.allclose(frames["target_bin"][0, :3, 3].numpy(), priv["target_bin_pos"])

@@ -1,9 +1,9 @@
 """Several environments of the Isaac Lab cell at once: each one is the reference cell moved to its environment's
-origin, follows its own reference episode, and is judged, seen and framed (Mimic) on its own.
+origin, follows its own seeded episode, and is judged, seen and framed (Mimic) on its own.
 
 The environments run once for the module (`record`, in this process: Isaac Lab runs one simulation at a time, and
 no other module's is open while this module's tests run): it keeps where everything is, what every step observed,
-the states the references were synced to, the camera images and the outcomes, and the tests compare them with
+the states in MuJoCo's layout, the camera images and the outcomes, and the tests compare them with
 fresh MuJoCo C references of the same seeds.
 """
 
@@ -41,6 +41,12 @@ def _episode(ref: PickSortEnv) -> tuple[str, str, float]:
     return ref.obj.name, ref.colour, ref.belt_speed
 
 
+def _episodes(env) -> np.ndarray:
+    """Each environment's episode as `_episode` gives a reference's."""
+    return np.array([(obj.name, colour, speed) for obj, colour, speed
+                     in zip(env.episode_objects, env.episode_colours, env.setpoint)], dtype=str)
+
+
 def _actions(hold: np.ndarray, k: int) -> np.ndarray:
     """Every environment's joint action in period k: its ramp (over 4 periods, then held) from its posture."""
     action = hold.copy()
@@ -65,7 +71,7 @@ def record() -> dict[str, np.ndarray]:
     obs, _ = env.reset(seed=SEED)
     origins = env.scene.env_origins.numpy().astype(float)
     local = lambda world: world.astype(float) - origins.reshape(NUM_ENVS, *[1] * (world.ndim - 2), 3)  # noqa: E731
-    out = {"origins": origins, "episodes": np.array([_episode(ref) for ref in env.references], dtype=str)}
+    out = {"origins": origins, "episodes": _episodes(env)}
     for name in ARTICULATIONS:
         art = env.scene[name]
         out[f"bodies/{name}"] = local(art.data.body_link_pose_w.torch.numpy()[..., :3])
@@ -74,9 +80,9 @@ def record() -> dict[str, np.ndarray]:
         out[f"roots/{name}"] = np.concatenate([local(root[:, :3]), root[:, 3:]], axis=1)
         out[f"defaults/{name}"] = art.data.default_root_pose.torch.numpy()
     out["objects"] = local(np.stack([o.data.root_link_pose_w.torch.numpy()[:, :3] for o in env.objects], axis=1))
-    out["object_names"] = np.array([object_body_name(o) for o in env.references[0].all_objects])
+    out["object_names"] = np.array([object_body_name(o) for o in env.all_objects])
     # The static shapes (floor, bins) of each environment, by the MuJoCo geom they come from.
-    model, mj = env.sim.physics_manager.get_model(), env.references[0].model
+    model, mj = env.sim.physics_manager.get_model(), env.model
     labels = {label: s for s, label in enumerate(model.shape_label)}
     body, where = model.shape_body.numpy(), model.shape_transform.numpy()[:, :3]
     rows = [(i, g, *(where[s] - origins[i]))
@@ -97,7 +103,7 @@ def record() -> dict[str, np.ndarray]:
         outcomes.append(extras["outcome"])
     out["arm_q"], out["eef"] = np.array(arm_q), np.array(eef)
     out["outcomes"] = np.array(outcomes, dtype=object).astype(str)  # None as "None"
-    out["states"] = np.stack([ref.state() for ref in env.references])
+    out["states"] = env.mujoco_states()
     for name in CAMERAS:
         out[f"images/{name}"] = obs["images"][name].numpy()
         out[f"images/{name}_depth"] = obs["images"][f"{name}_depth"].numpy()
@@ -111,7 +117,7 @@ def record() -> dict[str, np.ndarray]:
     _, _, terminated, _, extras = env.step(torch.tensor(action, dtype=torch.float32))
     out["final/outcomes"] = np.array(extras["outcome"], dtype=object).astype(str)
     out["final/terminated"] = terminated.numpy()
-    out["final/episodes"] = np.array([_episode(ref) for ref in env.references], dtype=str)
+    out["final/episodes"] = _episodes(env)
     env.close()
     return out
 

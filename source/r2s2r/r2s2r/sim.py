@@ -53,6 +53,16 @@ def light_draw(nominal_pos: np.ndarray, nominal_diffuse: np.ndarray, rng: np.ran
     return pos, np.clip(nominal_diffuse * factor * tints * gain, 0.0, 1.0)
 
 
+def painted(model: mujoco.MjModel, cell: CellCfg, active: ObjectCfg | None = None, rgba=None) -> np.ndarray:
+    """The model's geom colours (ngeom, 4) with every object grey, `active` (if given) in `rgba`."""
+    colours = model.geom_rgba.copy()
+    for o in cell.objects + cell.novel_objects:
+        colours[model.geom(object_body_name(o)).id] = PARKED_RGBA
+    if active is not None:
+        colours[model.geom(object_body_name(active)).id] = rgba
+    return colours
+
+
 class CellSim:
     """A cell (`CellCfg`) compiled and on a physics backend, with the drive model, index tables and appearance
     setters everything that simulates it uses.
@@ -111,11 +121,7 @@ class CellSim:
     # -- appearance --------------------------------------------------------------------------------------------
     def paint_objects(self, active: ObjectCfg | None = None, rgba=None) -> None:
         """Every object grey, `active` (if given) in `rgba`."""
-        m = self.model
-        for o in self.cell.objects + self.cell.novel_objects:
-            m.geom_rgba[m.geom(object_body_name(o)).id] = PARKED_RGBA
-        if active is not None:
-            m.geom_rgba[m.geom(object_body_name(active)).id] = rgba
+        self.model.geom_rgba[:] = painted(self.model, self.cell, active, rgba)
 
     def vary_lights(self, rng: np.random.Generator, **draw) -> None:
         """The lights at a draw around their nominal state (`light_draw`'s keywords)."""

@@ -1,25 +1,27 @@
 """The pick-and-sort cell as an Isaac Lab `DirectRLEnv`: Newton physics (MuJoCo Warp solver) on the cell's stage.
 
-The physics is Newton's. What the task means stays defined once, in `R2S2R-PickSort-v0`
-(`r2s2r.tasks.pick_sort.env.PickSortEnv`): each environment keeps a headless reference environment of the same
-world that samples its episodes from their seeds (object, colour, spawn, belt speed) and, with Newton's state
-written into its MjData, computes the proprio observations and the success and failure rules. So both
-environments give the same episode for the same seed and judge it by the same code.
+The physics is Newton's, and so is the state every rule reads. What the task means is written once, in
+`r2s2r.tasks.pick_sort.mdp`, over batched state: this environment calls those functions on Newton's arrays for all
+its environments at once, as `R2S2R-PickSort-v0` calls them on MuJoCo's state. Episodes are drawn per seed by
+`mdp.sample_episodes` (object, colour, spawn, belt set-point, lighting), so both environments give the same episode
+for the same seed; the outcome is `mdp.Judge`'s, with the object's contact with the right arm or hand from a contact
+sensor (`object_contacts`). The cell's compiled MuJoCo model is kept as its description only: the address tables
+between MuJoCo's state layout and Isaac Lab's, the episodes' paint and the IK.
 
-Actions (27, absolute), as the reference's `action_mode` (`cfg.action_mode`): "joint", 7 right-arm and 20
-right-hand joint targets; or "ee_pose", the grasp-site position and quaternion (w,x,y,z) and the 20 hand targets,
-whose pose each environment's reference turns into arm targets with its IK from the previous targets
-(`PickSortEnv.arm_targets`, as its own control step does). They reach the drives `latency_steps` physics steps
-into the control period, as the reference's drive model has it; the belt runs at the episode's set-point times the
-world's speed scale, with its jitter. The Mimic methods speak the configured mode.
+Actions (27, absolute), as `cfg.action_mode`: "joint", 7 right-arm and 20 right-hand joint targets; or "ee_pose",
+the grasp-site position and quaternion (w,x,y,z) and the 20 hand targets, turned into arm targets by
+`mdp.ee_pose_targets` from the previous targets. They reach the drives `latency_steps` physics steps into the
+control period (the drive model); the belt runs at `mdp.drive_speeds` of the episode's set-point. The Mimic
+methods speak the configured mode.
 
-Observations: `policy` is the reference's proprio group flattened in its order: arm_q (7), arm_dq (7), hand_q (20),
-ee_pose (7: grasp-site position, quaternion w,x,y,z), belt_setpoint (1). With `cfg.cameras`, `images` holds each
+Observations: `policy`, `mdp.PROPRIO`'s terms flattened in order: arm_q (7), arm_dq (7), hand_q (20), ee_pose (7:
+grasp-site position, quaternion w,x,y,z), belt_setpoint (1); `privileged` (simulator truth for generators and
+evaluation, never for policies), `mdp.PRIVILEGED`'s terms in order. With `cfg.cameras`, `images` holds each
 camera's image {name: (num_envs, H, W, 3) uint8} and, with `cfg.depth`, {name_depth: (num_envs, H, W) float32
-metres along the optical axis, 0 where nothing was hit}, as the reference's `images`: Isaac Lab's camera sensor
-draws the lens' pinhole source image with `cfg.renderer`, and the lens' `CameraModel.apply` (the project's
-renderers' own lens, blur, exposure and noise) forms the image from it. Reward: 1 on success. `extras["outcome"]`
-names each environment's end after a step: "success", one of the reference's FAILURES, or None while running.
+metres along the optical axis, 0 where nothing was hit}: Isaac Lab's camera sensor draws the lens' pinhole source
+image with `cfg.renderer`, and the lens' `CameraModel.apply` (the project's renderers' own lens, blur, exposure and
+noise) forms the image from it. Reward: 1 on success. `extras["outcome"]` names each environment's end after a
+step: "success", one of `mdp.FAILURES`, or None while running.
 
 Isaac Lab Mimic: the methods of `ManagerBasedRLMimicEnv` under the same names and signatures, for the end-effector
 "right" (the right grasp site), with the four subtasks of `r2s2r.data.annotate` (`PickSortCellEnvCfg` is the
@@ -27,7 +29,7 @@ Isaac Lab Mimic: the methods of `ManagerBasedRLMimicEnv` under the same names an
 `ManagerBasedRLEnv`, so mixing it in would make this direct environment pass Isaac Lab's
 `isinstance(env, ManagerBasedRLEnv)` checks (its policy export then patches observation and action managers this
 environment does not have) and would add manager-based methods (`load_managers`, `reset_to`,
-`export_IO_descriptors`) that fail here. Poses are 4x4 in the environment's frame (the reference's world frame):
+`export_IO_descriptors`) that fail here. Poses are 4x4 in the environment's frame (the cell's world frame):
 world poses less the environment's origin, as Isaac Lab Mimic's own environments give them (its default
 `get_object_poses` reads `scene.get_state(is_relative=True)`).
 """
@@ -45,7 +47,10 @@ from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axi
 from newton import ShapeFlags
 
 from r2s2r.cell import usd
-from r2s2r.cell.mjcf import arm_joint_names, hand_joint_names, object_body_name
+from r2s2r.cell.mjcf import CellIndex, arm_joint_names, build_model, hand_joint_names, object_body_name
+from r2s2r.cell.spec import ObjectCfg
+from r2s2r.cell.world import load_world
+from r2s2r.control.ik import ArmIK
 from r2s2r.core import ConfigError
 from r2s2r.data.annotate import TERM_SIGNALS, ends_so_far, traces
 from r2s2r.geometry import quat_to_mat
@@ -53,14 +58,14 @@ from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.render.isaac_rtx import kit_running
-from r2s2r.sim import belt_drive_speed
-from r2s2r.tasks.pick_sort.env import PickSortEnv
+from r2s2r.tasks.pick_sort import mdp
+from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
-PROPRIO = ("arm_q", "arm_dq", "hand_q", "ee_pose", "belt_setpoint")
+PRIVILEGED_DIM = sum(mdp.PRIVILEGED.values())
 WXYZ_TO_XYZW = [1, 2, 3, 0]
 XYZW_TO_WXYZ = [3, 0, 1, 2]
 # Mimic's targets are absolute and may lie farther from the current posture than a control period's step of the
-# reference's ee_pose mode (15 iterations), so the IK runs to its tolerance (1e-4) or until it stalls.
+# task's ee_pose mode (15 iterations), so the IK runs to its tolerance (1e-4) or until it stalls.
 MIMIC_IK_ITERATIONS = 100
 UP = np.array([0.0, 0.0, 1.0])
 TRACKING = ("eef_pos", "object_pos", "hand", "bin_pos")  # what annotate's signal traces read
@@ -74,13 +79,13 @@ def _encloses(model: mujoco.MjModel, data: mujoco.MjData, g: int, point: np.ndar
 
 
 class NewtonLooks:
-    """The MuJoCo geoms on Newton's model as the reference's renderers draw them, for Newton's ray tracer: which
+    """The MuJoCo geoms on Newton's model as the project's MuJoCo renderers draw them, for Newton's ray tracer: which
     shapes each camera sees, and their colours.
 
     MuJoCo draws every geom of the cell (groups 0-2). Isaac Lab imports the stage with Newton's
     `hide_collision_shapes`, which hides a collider on any body that also has a visual-only geom: the arm links'
     capsules (beside their joint rings) and the belt's surface (under its slats). Those are shown again, except to
-    a camera inside one (a camera mounted within a link's capsule): the reference's renderers do not draw a surface
+    a camera inside one (a camera mounted within a link's capsule): MuJoCo's renderers do not draw a surface
     from inside (GL culls back faces; MuJoCo Warp's ray tracer skips it) while Newton's ray tracer would fill that
     camera's view with it."""
 
@@ -129,15 +134,15 @@ class NewtonLooks:
         model.bvh_build_shapes(self.manager.get_state_0())  # the ray tracer's BVH holds the visible shapes
         self.hidden = hidden
 
-    def paint(self, references: list[PickSortEnv]) -> None:
-        """Each environment's reference geom colours (its episode's paint) on Newton's shapes. Newton's colours are
-        display (sRGB) values, as MuJoCo's rgba are."""
+    def paint(self, env_ids: list[int], colours: np.ndarray) -> None:
+        """Environments `env_ids`' geom colours ((len(env_ids), ngeom, 4), each its episode's paint) on Newton's
+        shapes. Newton's colours are display (sRGB) values, as MuJoCo's rgba are."""
         model = self.manager.get_model()
-        colours = model.shape_color.numpy()
-        for i, ref in enumerate(references):
+        shape_colours = model.shape_color.numpy()
+        for i, rgba in zip(env_ids, colours):
             mine = self.envs == i
-            colours[self.shapes[mine]] = ref.model.geom_rgba[self.geoms[mine], :3]
-        model.shape_color.assign(colours)  # in place: the renderer holds this array
+            shape_colours[self.shapes[mine]] = rgba[self.geoms[mine], :3]
+        model.shape_color.assign(shape_colours)  # in place: the renderer holds this array
 
 
 class PickSortCellEnv(DirectRLEnv):
@@ -147,11 +152,22 @@ class PickSortCellEnv(DirectRLEnv):
         renderer = cfg.renderer_cfg()  # an unknown renderer or action mode fails before anything is built
         if cfg.action_mode not in ("joint", "ee_pose"):
             raise ConfigError(f"action_mode = {cfg.action_mode!r}: expected 'joint' or 'ee_pose'")
-        self.references = [PickSortEnv(world=cfg.world, cameras=(), action_mode="joint")
-                           for _ in range(cfg.scene.num_envs)]
+        # The cell's description (no simulation of it): the world's cell, its compiled model for the address
+        # tables, the paint and the IK, and the task's episode parameters.
+        self.world = load_world(cfg.world)
+        self.cell = self.world.cell
+        self.task = PickSortEnvCfg(cell=self.cell, world=cfg.world, cameras=tuple(cfg.cameras), action_mode=cfg.action_mode)
+        self.model = build_model(self.cell)
+        self.index = CellIndex.of(self.model)
+        self.ik = ArmIK(self.model, "right", home_q=np.array(self.cell.arm("right").home_q))
+        self.all_objects = self.cell.objects + self.cell.novel_objects
+        self.colours = sorted(self.cell.colours)
+        self.bins = {b.colour: b for b in self.cell.bins}
+        self.latency = self.cell.arm("right").latency_steps
         self.lenses = self._add_cameras(cfg, renderer)
         super().__init__(cfg, render_mode, **kwargs)
-        model = self.references[0].model
+        model = self.model
+        self.single_observation_space["privileged"] = gym.spaces.Box(-np.inf, np.inf, (PRIVILEGED_DIM,), np.float32)
         if self.lenses:
             h, w = cfg.image_size
             images = {name: gym.spaces.Box(0, 255, (h, w, 3), np.uint8) for name in self.lenses}
@@ -161,13 +177,14 @@ class PickSortCellEnv(DirectRLEnv):
         self.looks = None
         if self.lenses and cfg.renderer == "newton_warp":
             self.looks = NewtonLooks(self.sim.physics_manager, model, self.scene.env_prim_paths, list(self.lenses))
-        self.latency = self.references[0].sim.latency
         self.right, self.left = self.scene["right_arm"], self.scene["left_arm"]
         self.conveyor = self.scene["conveyor"]
-        names = [object_body_name(o) for o in self.references[0].all_objects]
+        self.contacts = self.scene["object_contacts"]
+        names = [object_body_name(o) for o in self.all_objects]
         self.objects = [self.scene[n] for n in names]
-        # Each articulation's joints, in Isaac Lab's order, as MuJoCo qpos/qvel addresses and actuator ids (the
-        # actuators are named after their joints).
+        # Each object's row of the contact sensor, and each articulation's joints in Isaac Lab's order as MuJoCo
+        # qpos/qvel addresses and actuator ids (the actuators are named after their joints).
+        self._contact_rows = torch.tensor([self.contacts.sensor_names.index(n) for n in names], device=self.device)
         self._joint_maps = [
             (art, np.array([model.joint(n).qposadr[0] for n in art.joint_names]),
              np.array([model.joint(n).dofadr[0] for n in art.joint_names]),
@@ -176,26 +193,42 @@ class PickSortCellEnv(DirectRLEnv):
         self._object_adr = [(int(model.joint(n).qposadr[0]), int(model.joint(n).dofadr[0])) for n in names]
         self._action_ids, _ = self.right.find_joints(arm_joint_names("right") + hand_joint_names("right"),
                                                      preserve_order=True)
+        self._belt_joint = self.conveyor.find_joints("belt_slide")[0]
         # The grasp site: a fixed offset (MuJoCo's site_pos/site_quat) on a body of the right articulation.
-        site = model.site(self.references[0].index.grasp_site)
+        site = model.site(self.index.grasp_site)
         self._site_body = self.right.body_names.index(model.body(site.bodyid[0]).name)
         self._site_offset = make_pose(torch.tensor(site.pos, dtype=torch.float32, device=self.device),
                                       matrix_from_quat(torch.tensor(site.quat[WXYZ_TO_XYZW], dtype=torch.float32,
                                                                     device=self.device)))
-        self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(self.num_envs)]
-        self._pending = torch.zeros(self.num_envs, 27, device=self.device)
+        self.judge = mdp.Judge(self.cell, self.device, torch.float32)
+        bins = [self.bins[c] for c in self.colours]
+        self._bin_centers = torch.tensor(np.array([b.center for b in bins]), dtype=torch.float32, device=self.device)
+        self._half_extents = torch.tensor(np.array([o.half_extents for o in self.all_objects]), dtype=torch.float32,
+                                          device=self.device)
+        # Each environment's episode: what it drew (object, colour, set-point, condition) and its streams.
+        n = self.num_envs
+        self.object_index = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.colour_index = torch.zeros(n, dtype=torch.long, device=self.device)
+        self.setpoint = np.zeros(n)
+        self.conditions = ["nominal"] * n
+        self.episode_objects: list[ObjectCfg] = [self.all_objects[0]] * n
+        self.episode_colours = [self.colours[0]] * n
+        self.rngs = [np.random.default_rng() for _ in range(n)]
+        self.belt_rngs = [np.random.default_rng() for _ in range(n)]
+        self.lifted = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(n)]
+        self._pending = torch.zeros(n, 27, device=self.device)
         # ee_pose mode: the arm targets last sent, each IK's seed (set at reset and set_state, then per step)
-        self._arm_targets = np.zeros((self.num_envs, 7))
+        self._arm_targets = np.zeros((n, 7))
         self._substep = 0
         self._next_seed: int | None = None
         self._options: dict | None = None
-        self.success = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
-        self.outcome: list[str | None] = [None] * self.num_envs
+        self.success = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.outcome: list[str | None] = [None] * n
 
     def _add_cameras(self, cfg: PickSortCellEnvCfg, renderer) -> dict[str, CameraModel]:
         """Each of `cfg.cameras` as a camera sensor of the scene; returns their lens models."""
-        ref = self.references[0]
-        lenses = {c.name: c.lens for c in ref.cell.cameras}
+        lenses = {c.name: c.lens for c in self.cell.cameras}
         for name in cfg.cameras:
             if name not in lenses:
                 raise ConfigError(f"cameras: {name!r} is not a camera of the cell; expected any of {', '.join(lenses)}")
@@ -207,14 +240,14 @@ class PickSortCellEnv(DirectRLEnv):
         h, w = cfg.image_size
         models = {name: CameraModel(lenses[name], w, h) for name in cfg.cameras}
         for name, lens in models.items():
-            setattr(cfg.scene, name, camera_cfg(ref.model, name, lens, renderer, cfg.depth))
+            setattr(cfg.scene, name, camera_cfg(self.model, name, lens, renderer, cfg.depth))
         return models
 
     # -- episodes ----------------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None, options: dict | None = None):
-        """With `seed`, environment i's episode is the reference's `reset(seed=seed + i)`; later episodes (after
-        automatic resets) take the following seeds in the order they start. `options` (the reference's, e.g.
-        `{"condition": "belt_speed"}`) go to the references' resets, this one's and the automatic ones after it."""
+        """With `seed`, environment i's episode is `R2S2R-PickSort-v0`'s `reset(seed=seed + i)`; later episodes
+        (after automatic resets) take the following seeds in the order they start. `options` (e.g.
+        `{"condition": "belt_speed"}`) hold for this reset and the automatic ones after it."""
         if seed is not None:
             self._next_seed = seed
         self._options = options
@@ -225,69 +258,89 @@ class PickSortCellEnv(DirectRLEnv):
             env_ids = torch.arange(self.num_envs, device=self.device)
         super()._reset_idx(env_ids)
         ids = [int(i) for i in env_ids]
-        for i in ids:
-            seed = None
+        seeds = []
+        for _ in ids:
+            seeds.append(self._next_seed)
             if self._next_seed is not None:
-                seed, self._next_seed = self._next_seed, self._next_seed + 1
-            ref = self.references[i]
-            ref.reset(seed=seed, options=self._options)
-            self._arm_targets[i] = ref.physics.host_data(0).ctrl[ref.index.arm_act]
+                self._next_seed += 1
+        condition = (self._options or {}).get("condition", self.task.condition)
+        episodes = mdp.sample_episodes(self.task, seeds, [condition] * len(ids), self.lights_nominal)
+        qpos, qvel, ctrl = mdp.initial_states(self.model, self.index, episodes)
+        for k, i in enumerate(ids):
+            self.conditions[i] = condition
+            self.episode_objects[i], self.episode_colours[i] = episodes.objects[k], episodes.colour[k]
+            self.rngs[i], self.belt_rngs[i] = episodes.rngs[k], episodes.belt_rngs[k]
             self.outcome[i] = None
-            self._tracking[i] = {k: [] for k in TRACKING}
-        self._write_reference_state(ids)
+            self._tracking[i] = {key: [] for key in TRACKING}
+        self.setpoint[ids] = episodes.belt_setpoint
+        env_ids = torch.tensor(ids, device=self.device)
+        self.object_index[env_ids] = torch.as_tensor(episodes.object_index, device=self.device)
+        self.colour_index[env_ids] = torch.as_tensor(episodes.colour_index, device=self.device)
+        self.lifted[env_ids] = False
+        self._arm_targets[ids] = ctrl[:, self.index.arm_act]
+        self._write_state(ids, qpos, qvel, ctrl)
+        self.sim.forward()  # the bodies' poses of the new states, which the observations read
         if self.looks is not None:
-            self.looks.paint(self.references)
+            self.looks.paint(ids, mdp.geom_colours(self.model, self.cell, episodes))
+
+    @property
+    def lights_nominal(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.model.light_pos.copy(), self.model.light_diffuse.copy()
 
     def set_state(self, state: np.ndarray, env_id: int = 0) -> None:
-        """Put environment `env_id` at a reference simulator state (`PickSortEnv.state()`: qpos | qvel, e.g. a
-        recorded demo's `states[t]`) within its current episode; the subtask signals start over from there."""
-        ref = self.references[env_id]
-        ref.set_state(state)
-        self._arm_targets[env_id] = state[ref.index.arm_qadr]  # the next ee_pose action's IK starts at the posture
-        self._write_reference_state([env_id])
+        """Put environment `env_id` at a simulator state in MuJoCo's layout (qpos | qvel, as `R2S2R-PickSort-v0`'s
+        `state()` and a recorded demo's `states[t]` hold it) within its current episode; the drives keep their
+        targets and the subtask signals start over from there."""
+        state = np.asarray(state, dtype=float)
+        nq, nv = self.model.nq, self.model.nv
+        if state.shape != (nq + nv,):
+            raise ValueError(f"state has shape {state.shape}: expected ({nq + nv},) = qpos ({nq}) | qvel ({nv})")
+        self._arm_targets[env_id] = state[self.index.arm_qadr]  # the next ee_pose action's IK starts there
+        self._write_state([env_id], state[None, :nq], state[None, nq:])
         self.sim.forward()  # body poses of the new state, as reset() has them
         self._tracking[env_id] = {k: [] for k in TRACKING}
 
-    def _write_reference_state(self, ids: list[int]) -> None:
-        """The references' current states (and drive targets) into Newton for environments `ids`."""
-        datas = [self.references[i].physics.host_data(0) for i in ids]
+    def _write_state(self, ids: list[int], qpos: np.ndarray, qvel: np.ndarray, ctrl: np.ndarray | None = None) -> None:
+        """States in MuJoCo's layout (rows of qpos, qvel; with `ctrl`, the drive targets too) into Newton for
+        environments `ids`."""
         env_ids = torch.tensor(ids, device=self.device)
-        as_tensor = lambda rows: torch.tensor(np.array(rows), dtype=torch.float32, device=self.device)  # noqa: E731
+        as_tensor = lambda x: torch.tensor(np.asarray(x), dtype=torch.float32, device=self.device)  # noqa: E731
         for art, qadr, dadr, act in self._joint_maps:
-            art.write_joint_position_to_sim_index(position=as_tensor([d.qpos[qadr] for d in datas]), env_ids=env_ids)
-            art.write_joint_velocity_to_sim_index(velocity=as_tensor([d.qvel[dadr] for d in datas]), env_ids=env_ids)
-            targets = as_tensor([d.ctrl[act] for d in datas])
+            art.write_joint_position_to_sim_index(position=as_tensor(qpos[:, qadr]), env_ids=env_ids)
+            art.write_joint_velocity_to_sim_index(velocity=as_tensor(qvel[:, dadr]), env_ids=env_ids)
+            if ctrl is None:
+                continue
             if art is self.conveyor:
-                art.set_joint_velocity_target_index(target=targets, env_ids=env_ids)
+                art.set_joint_velocity_target_index(target=as_tensor(ctrl[:, act]), env_ids=env_ids)
             else:
-                art.set_joint_position_target_index(target=targets, env_ids=env_ids)
+                art.set_joint_position_target_index(target=as_tensor(ctrl[:, act]), env_ids=env_ids)
         origins = self.scene.env_origins[env_ids].cpu().numpy()
         for obj, (q, v) in zip(self.objects, self._object_adr):
             # MuJoCo's free joint: position, quaternion w,x,y,z; linear velocity in the world, angular in the body.
-            pose = [np.concatenate([d.qpos[q:q + 3] + o, d.qpos[q + 3:q + 7][WXYZ_TO_XYZW]])
-                    for d, o in zip(datas, origins)]
-            vel = [np.concatenate([d.qvel[v:v + 3], quat_to_mat(d.qpos[q + 3:q + 7]) @ d.qvel[v + 3:v + 6]])
-                   for d in datas]
+            quat = qpos[:, q + 3:q + 7]
+            pose = np.concatenate([qpos[:, q:q + 3] + origins, quat[:, WXYZ_TO_XYZW]], axis=1)
+            spin = np.einsum("nij,nj->ni", np.array([quat_to_mat(x) for x in quat]), qvel[:, v + 3:v + 6])
             obj.write_root_link_pose_to_sim_index(root_pose=as_tensor(pose), env_ids=env_ids)
-            obj.write_root_link_velocity_to_sim_index(root_velocity=as_tensor(vel), env_ids=env_ids)
+            obj.write_root_link_velocity_to_sim_index(root_velocity=as_tensor(np.concatenate([qvel[:, v:v + 3], spin], axis=1)),
+                                                      env_ids=env_ids)
 
-    def _sync_references(self) -> None:
-        """Newton's state into every reference's MjData (kinematics and contacts recomputed there)."""
-        joints = [(art.data.joint_pos.torch.cpu().numpy(), art.data.joint_vel.torch.cpu().numpy(), qadr, dadr)
-                  for art, qadr, dadr, _ in self._joint_maps]
-        pose = np.stack([o.data.root_link_pose_w.torch.cpu().numpy() for o in self.objects], axis=1).astype(float)
-        vel = np.stack([o.data.root_link_vel_w.torch.cpu().numpy() for o in self.objects], axis=1).astype(float)
+    def mujoco_states(self) -> np.ndarray:
+        """Every environment's state in MuJoCo's layout (num_envs, nq + nv): qpos | qvel, objects relative to the
+        environment's origin, angular velocities in their bodies' frames."""
+        n, model = self.num_envs, self.model
+        qpos, qvel = np.tile(model.key_qpos[0], (n, 1)), np.zeros((n, model.nv))
+        for art, qadr, dadr, _ in self._joint_maps:
+            qpos[:, qadr] = art.data.joint_pos.torch.cpu().numpy()
+            qvel[:, dadr] = art.data.joint_vel.torch.cpu().numpy()
         origins = self.scene.env_origins.cpu().numpy()
-        for i, ref in enumerate(self.references):
-            d = ref.physics.host_data(0)
-            qpos, qvel = d.qpos.copy(), d.qvel.copy()
-            for q, dq, qadr, dadr in joints:
-                qpos[qadr], qvel[dadr] = q[i], dq[i]
-            for k, (q, v) in enumerate(self._object_adr):
-                quat = pose[i, k, 3:7][XYZW_TO_WXYZ]
-                qpos[q:q + 3], qpos[q + 3:q + 7] = pose[i, k, :3] - origins[i], quat
-                qvel[v:v + 3], qvel[v + 3:v + 6] = vel[i, k, :3], quat_to_mat(quat).T @ vel[i, k, 3:6]
-            ref.set_state(np.concatenate([qpos, qvel]))
+        for obj, (q, v) in zip(self.objects, self._object_adr):
+            pose = obj.data.root_link_pose_w.torch.cpu().numpy().astype(float)
+            vel = obj.data.root_link_vel_w.torch.cpu().numpy().astype(float)
+            quat = pose[:, 3:7][:, XYZW_TO_WXYZ]
+            qpos[:, q:q + 3], qpos[:, q + 3:q + 7] = pose[:, :3] - origins, quat
+            qvel[:, v:v + 3] = vel[:, :3]
+            qvel[:, v + 3:v + 6] = np.einsum("nji,nj->ni", np.array([quat_to_mat(x) for x in quat]), vel[:, 3:6])
+        return np.concatenate([qpos, qvel], axis=1)
 
     # -- control -----------------------------------------------------------------------------------------------
     def _pre_physics_step(self, actions: torch.Tensor) -> None:
@@ -298,15 +351,13 @@ class PickSortCellEnv(DirectRLEnv):
             raise ValueError("actions contain NaN or inf")
         if self.cfg.action_mode == "ee_pose":
             poses = actions[:, :7].cpu().numpy().astype(float)
-            for i, ref in enumerate(self.references):
-                self._arm_targets[i] = ref.arm_targets(poses[i], self._arm_targets[i])
+            self._arm_targets = mdp.ee_pose_targets(self.ik, poses, self._arm_targets, self.task.ik_iterations)
             actions = torch.cat([torch.tensor(self._arm_targets, dtype=torch.float32, device=self.device),
                                  actions[:, 7:]], dim=1)
         self._pending = actions.clone()
         self._substep = 0
         self._record_tracking(actions)
-        # The belt's speed for this period: set-point, scale and jitter drawn from the reference's belt stream.
-        speeds = [belt_drive_speed(ref.cell.belt, ref.belt_speed, ref.belt_rng) for ref in self.references]
+        speeds = mdp.drive_speeds(self.cell.belt, self.setpoint, self.belt_rngs)
         self.conveyor.set_joint_velocity_target_index(
             target=torch.tensor(speeds, dtype=torch.float32, device=self.device)[:, None])
 
@@ -317,42 +368,92 @@ class PickSortCellEnv(DirectRLEnv):
         self._substep += 1
 
     # -- outcome and observations ------------------------------------------------------------------------------
+    def _episode_object(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each environment's episode object: its pose (N, 7: position relative to the origin, quaternion x,y,z,w)
+        and velocity (N, 6: linear, angular; world axes)."""
+        rows = torch.arange(self.num_envs, device=self.device)
+        pose = torch.stack([o.data.root_link_pose_w.torch for o in self.objects], dim=1)[rows, self.object_index]
+        vel = torch.stack([o.data.root_link_vel_w.torch for o in self.objects], dim=1)[rows, self.object_index]
+        return torch.cat([pose[:, :3] - self.scene.env_origins, pose[:, 3:]], dim=1), vel
+
+    def _touching_robot(self) -> torch.Tensor:
+        """(N,) whether each episode's object is in contact with the right arm or hand."""
+        forces = self.contacts.data.force_matrix_w.torch  # (N, objects, right-arm bodies, 3)
+        rows = torch.arange(self.num_envs, device=self.device)
+        return (forces[rows, self._contact_rows[self.object_index]].norm(dim=-1) > 0).any(-1)
+
+    def _unstable(self) -> torch.Tensor:
+        parts = [art.data.joint_pos.torch for art in (self.right, self.left, self.conveyor)]
+        parts += [art.data.joint_vel.torch for art in (self.right, self.left, self.conveyor)]
+        parts += [o.data.root_link_pose_w.torch for o in self.objects]
+        return ~torch.isfinite(torch.cat(parts, dim=1)).all(-1)
+
     def _get_dones(self) -> tuple[torch.Tensor, torch.Tensor]:
-        self._sync_references()
-        success, terminated = [], []
-        for i, ref in enumerate(self.references):
-            failure, ok = ref.evaluate()  # the reference's rules on this environment's state
-            self.outcome[i] = "success" if ok else failure
-            success.append(ok)
-            terminated.append(ok or failure is not None)
-        self.success = torch.tensor(success, device=self.device)
-        time_out = self.episode_length_buf >= self.max_episode_length
-        terminated = torch.tensor(terminated, device=self.device)
-        for i in torch.nonzero(time_out & ~terminated).flatten().tolist():
-            self.outcome[i] = "timeout"
+        pose, vel = self._episode_object()
+        code, self.lifted = self.judge.outcome(pose[:, :3], vel[:, :3], self.object_index, self.colour_index,
+                                               self.lifted, self._touching_robot(), self._unstable())
+        self.success = code == mdp.SUCCESS
+        terminated = code != mdp.RUNNING
+        time_out = (self.episode_length_buf >= self.max_episode_length) & ~terminated
+        code = torch.where(time_out, mdp.TIMEOUT, code)
+        self.outcome = [None if c == mdp.RUNNING else mdp.OUTCOMES[c] for c in code.tolist()]
         self.extras["outcome"] = list(self.outcome)
         return terminated, time_out
 
     def _get_rewards(self) -> torch.Tensor:
         return self.success.float()
 
+    def observe(self) -> dict:
+        """The observation groups of the current state (what a step returns; after `set_state`, what the cameras
+        see there)."""
+        return self._get_observations()
+
+    @staticmethod
+    def observation_dict(obs: dict, env_id: int) -> dict:
+        """Environment `env_id`'s part of observation groups `obs` in `R2S2R-PickSort-v0`'s form: `proprio` and
+        `privileged` as dicts of float64 terms, `images` of uint8 (float32 depth) arrays."""
+        row = lambda x: x[env_id].cpu().numpy().astype(float)  # noqa: E731
+        return {"proprio": mdp.split(row(obs["policy"]), mdp.PROPRIO),
+                "privileged": mdp.split(row(obs["privileged"]), mdp.PRIVILEGED),
+                "images": {name: image[env_id].cpu().numpy() for name, image in obs.get("images", {}).items()}}
+
     def _get_observations(self) -> dict:
-        self._sync_references()  # environments reset after this step's outcome hold new states
-        proprio = [np.concatenate([ref.observe()["proprio"][k] for k in PROPRIO]) for ref in self.references]
-        obs = {"policy": torch.tensor(np.array(proprio), dtype=torch.float32, device=self.device)}
+        obs = {"policy": self._proprio(), "privileged": self._privileged()}
         if self.lenses:
             obs["images"] = {k: v for name in self.lenses for k, v in self._images(name).items()}
         return obs
 
+    def _proprio(self) -> torch.Tensor:
+        """The `policy` group: `mdp.PROPRIO`'s terms in order (N, 42)."""
+        q, dq = self.right.data.joint_pos.torch, self.right.data.joint_vel.torch
+        arm, hand = self._action_ids[:7], self._action_ids[7:]
+        pos, rot = unmake_pose(self.get_robot_eef_pose(EEF))
+        quat = mdp.canonical_quat(quat_from_matrix(rot)[:, XYZW_TO_WXYZ])
+        setpoint = torch.tensor(self.setpoint, dtype=torch.float32, device=self.device)[:, None]
+        return torch.cat([q[:, arm], dq[:, arm], q[:, hand], pos, quat, setpoint], dim=1)
+
+    def _privileged(self) -> torch.Tensor:
+        """The `privileged` group (simulator truth for generators and evaluation): `mdp.PRIVILEGED`'s terms in
+        order (N, 22), the object's quaternion w,x,y,z and its angular velocity in its own frame, as MuJoCo's free
+        joint has them."""
+        pose, vel = self._episode_object()
+        quat = pose[:, 3:][:, XYZW_TO_WXYZ]
+        spin = (matrix_from_quat(pose[:, 3:]).transpose(1, 2) @ vel[:, 3:, None])[..., 0]
+        belt = self.conveyor.data.joint_vel.torch[:, self._belt_joint]
+        as_column = lambda x: x.to(torch.float32)[:, None]  # noqa: E731
+        return torch.cat([pose[:, :3], quat, vel[:, :3], spin, belt, self._half_extents[self.object_index],
+                          self._bin_centers[self.colour_index], as_column(self.colour_index),
+                          as_column(self.object_index)], dim=1)
+
     def _images(self, name: str) -> dict[str, torch.Tensor]:
         """Camera `name`'s image of every environment, and with `cfg.depth` its depth: the lens applied to the
-        sensor's pinhole render, sensor noise drawn from each reference episode's generator."""
+        sensor's pinhole render, sensor noise drawn from each episode's generator."""
         if self.looks is not None:
             self.looks.show_to(name)  # before the sensor's data is read, which renders it
         output = self.scene[name].data.output
         rgb = output["rgb"].torch.cpu().numpy()
         depth = output["depth"].torch[..., 0].cpu().numpy() if self.cfg.depth else [None] * len(rgb)
-        frames = [self.lenses[name].apply(c, d, rng=ref.np_random) for c, d, ref in zip(rgb, depth, self.references)]
+        frames = [self.lenses[name].apply(c, d, rng=rng) for c, d, rng in zip(rgb, depth, self.rngs)]
         images = {name: torch.from_numpy(np.stack([f[0] for f in frames])).to(self.device)}
         if self.cfg.depth:
             images[f"{name}_depth"] = torch.from_numpy(np.stack([f[1] for f in frames])).to(self.device)
@@ -374,20 +475,17 @@ class PickSortCellEnv(DirectRLEnv):
     def get_object_poses(self, env_ids: Sequence[int] | None = None) -> dict[str, torch.Tensor]:
         """The subtasks' reference frames: `object` (the episode's object, whichever of the cell's it is) and
         `target_bin` (the centre of the bin of its colour, axes of the world)."""
-        ids = self._ids(env_ids)
-        refs = [self.references[i] for i in ids]
-        obj = torch.stack([self.objects[ref.all_objects.index(ref.obj)].data.root_link_pose_w.torch[i]
-                           for i, ref in zip(ids, refs)])
-        bins = torch.tensor(np.array([ref.bins[ref.colour].center for ref in refs]), dtype=torch.float32,
-                            device=self.device)
+        ids = torch.tensor(self._ids(env_ids), device=self.device)
+        pose, _ = self._episode_object()
+        obj, bins = pose[ids], self._bin_centers[self.colour_index[ids]]
         eye = torch.eye(3, device=self.device).expand(len(ids), 3, 3)
-        return {OBJECT: make_pose(obj[:, :3] - self.scene.env_origins[ids], matrix_from_quat(obj[:, 3:7])),
+        return {OBJECT: make_pose(obj[:, :3], matrix_from_quat(obj[:, 3:7])),
                 TARGET_BIN: make_pose(bins, eye)}
 
     def target_eef_pose_to_action(self, target_eef_pose_dict: dict, gripper_action_dict: dict,
                                   action_noise_dict: dict | None = None, env_id: int = 0) -> torch.Tensor:
         """The 27-dim action reaching a 4x4 grasp-site target, then the 20 hand targets. "joint": arm joints by the
-        reference's `ArmIK` (seeded at the measured arm posture); "ee_pose": the pose itself (position, quaternion
+        cell's `ArmIK` (seeded at the measured arm posture); "ee_pose": the pose itself (position, quaternion
         w,x,y,z). `action_noise_dict[eef]` perturbs the target first: a Gaussian of that many metres on the
         position and radians on a rotation."""
         pos, rot = unmake_pose(target_eef_pose_dict[EEF].to(self.device, torch.float32))
@@ -399,7 +497,7 @@ class PickSortCellEnv(DirectRLEnv):
         hand = torch.as_tensor(gripper_action_dict[EEF], dtype=torch.float32, device=self.device).reshape(20)
         if self.cfg.action_mode == "ee_pose":
             return torch.cat([pos, quat_from_matrix(rot)[XYZW_TO_WXYZ], hand])
-        ik = self.references[env_id].ik
+        ik = self.ik
         arm_ids = self._action_ids[:7]
         seed = self.right.data.joint_pos.torch[env_id, arm_ids].cpu().numpy().astype(float)
         q, _ = ik.solve(seed, pos.cpu().numpy().astype(float), rot.cpu().numpy().astype(float),
@@ -408,15 +506,14 @@ class PickSortCellEnv(DirectRLEnv):
 
     def action_to_target_eef_pose(self, action: torch.Tensor) -> dict[str, torch.Tensor]:
         """The grasp-site poses (N, 4, 4) that actions (N, 27) command: "joint", forward kinematics of their arm
-        targets on the reference model; "ee_pose", the poses they hold."""
+        targets on the cell's model; "ee_pose", the poses they hold."""
         if self.cfg.action_mode == "ee_pose":
             a = torch.as_tensor(action, dtype=torch.float32, device=self.device).reshape(-1, 27)
             quat = a[:, 3:7] / a[:, 3:7].norm(dim=1, keepdim=True).clamp_min(1e-9)
             return {EEF: make_pose(a[:, :3], matrix_from_quat(quat[:, WXYZ_TO_XYZW]))}
-        ik = self.references[0].ik
         poses = []
         for q in torch.as_tensor(action).reshape(-1, 27)[:, :7].cpu().numpy().astype(float):
-            pos, rot = ik.site_pose(q)
+            pos, rot = self.ik.site_pose(q)
             poses.append(np.vstack([np.column_stack([rot, pos]), [0.0, 0.0, 0.0, 1.0]]))
         return {EEF: torch.tensor(np.array(poses), dtype=torch.float32, device=self.device)}
 

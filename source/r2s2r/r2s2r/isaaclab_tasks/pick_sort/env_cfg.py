@@ -28,7 +28,7 @@ from isaaclab.envs import DirectRLEnvCfg
 from isaaclab.envs.mimic_env_cfg import DataGenConfig, MimicEnvCfg, SubTaskConfig
 from isaaclab.renderers import RendererCfg
 from isaaclab.scene import InteractiveSceneCfg
-from isaaclab.sensors import CameraCfg
+from isaaclab.sensors import CameraCfg, ContactSensorCfg
 from isaaclab.utils import configclass
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
 from isaaclab_newton.renderers import NewtonWarpRendererCfg
@@ -221,6 +221,10 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
         for obj in cell.objects + cell.novel_objects:
             name = object_body_name(obj)
             setattr(scene, name, RigidObjectCfg(prim_path=f"{_asset(name)}/{name}", spawn=None))
+        # Each object's contacts with the right arm and hand (one articulation), which decide whether a lifted
+        # object at rest outside the bins is still held.
+        scene.object_contacts = ContactSensorCfg(prim_path=f"{_asset('obj_.*')}/obj_.*",
+                                                 filter_prim_paths_expr=[f"{_asset('right_base')}/.*"])
         return self
 
 

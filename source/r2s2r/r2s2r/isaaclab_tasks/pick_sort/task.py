@@ -3,11 +3,11 @@ generators and its datagen worker run on Newton's physics unchanged.
 
 `CellTask` wraps a `PickSortCellEnv` of one environment. Its `reset(seed=, options=)` and `step(action)` return
 gymnasium's tuples with `PickSortEnv`'s observation dict (`proprio`, `privileged`, `images`) and info (`success`,
-`failure`, `object`, `colour`, `belt_speed`, `condition`, `time`); `state()` is the MuJoCo state (qpos | qvel).
-Actions are `PickSortEnv`'s `ee_pose` actions (grasp-site position, quaternion w,x,y,z, 20 hand targets), which
-the environment takes in its own `action_mode="ee_pose"`. Everything that describes the cell and the episode
-(`model`, `cell`, `index`, `obj`, `bins`, `world`, `max_steps`, ...) is the reference environment's: it sampled the
-episode, and after every step it holds Newton's state (see `PickSortCellEnv`).
+`failure`, `object`, `colour`, `belt_speed`, `condition`, `time`); `state()` is Newton's state in MuJoCo's layout
+(qpos | qvel). Actions are `PickSortEnv`'s `ee_pose` actions (grasp-site position, quaternion w,x,y,z, 20 hand
+targets), which the environment takes in its own `action_mode="ee_pose"`. What describes the cell (`model`,
+`cell`, `index`, `ik`, `bins`, `world`, `max_steps`) and the episode (`obj`, `colour`, `belt_speed`) is the
+environment's.
 
 One difference: Isaac Lab resets an environment within the step that ends its episode, so the observation that
 step returns is already the next episode's. Callers stop at the end of an episode, as the datagen worker does.
@@ -55,21 +55,36 @@ class CellTask:
             raise ConfigError(f"action_mode = {env.cfg.action_mode!r}: expected 'ee_pose' (the task interface's "
                               "actions)")
         self.env = env
-        self.reference = env.references[0]
-        self.cfg = self.reference.cfg.replace(cameras=tuple(env.cfg.cameras), image_size=tuple(env.cfg.image_size),
-                                              depth=env.cfg.depth, action_mode="ee_pose", condition=condition)
-        self.cfg.validate()
+        self.cfg = env.task.replace(cameras=tuple(env.cfg.cameras), image_size=tuple(env.cfg.image_size),
+                                    depth=env.cfg.depth, action_mode="ee_pose", condition=condition).validate()
+        # The cell's description, as PickSortEnv has it.
+        self.world, self.cell, self.model, self.index, self.ik = env.world, env.cell, env.model, env.index, env.ik
+        self.all_objects, self.colours, self.bins = env.all_objects, env.colours, env.bins
+        self.max_steps = int(round(self.cfg.episode_seconds * self.cfg.control_hz))
         self.steps = 0
 
-    def __getattr__(self, name: str):
-        # Only reached for what this class does not define: the cell's and the episode's description.
-        return getattr(self.reference, name)
+    # The episode's draw (environment 0's).
+    @property
+    def obj(self):
+        return self.env.episode_objects[0]
+
+    @property
+    def colour(self) -> str:
+        return self.env.episode_colours[0]
+
+    @property
+    def belt_speed(self) -> float:
+        return float(self.env.setpoint[0])
+
+    @property
+    def condition_name(self) -> str:
+        return self.env.conditions[0]
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         # As PickSortEnv: without options, the episode is drawn under the config's condition.
         obs, _ = self.env.reset(seed=seed, options=options or {"condition": self.cfg.condition})
         self.steps = 0
-        return self._observation(obs), self._info()
+        return self.env.observation_dict(obs, 0), self._info()
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict]:
         action = np.asarray(action, dtype=float)
@@ -77,30 +92,32 @@ class CellTask:
             raise ValueError(f"action has shape {action.shape}: expected (27,) = grasp-site pose (7) + 20 hand targets")
         if not np.isfinite(action).all():
             raise ValueError("action contains NaN or inf")
-        info = self._info()  # taken before the step: one that ends the episode resets the reference
+        info = self._info()  # taken before the step: one that ends the episode starts the next
         obs, _, terminated, truncated, extras = self.env.step(
             torch.tensor(action, dtype=torch.float32, device=self.env.device)[None])
         self.steps += 1
         outcome = extras["outcome"][0]
         success = outcome == "success"
         info.update(success=success, failure=None if success else outcome, time=self.steps / self.cfg.control_hz)
-        return self._observation(obs), float(success), bool(terminated[0]), bool(truncated[0]), info
+        return self.env.observation_dict(obs, 0), float(success), bool(terminated[0]), bool(truncated[0]), info
+
+    def observe(self) -> dict:
+        """The observation of the environment's current state (after `set_state`, what its cameras see there)."""
+        return self.env.observation_dict(self.env.observe(), 0)
 
     def state(self) -> np.ndarray:
-        return self.reference.state()
+        return self.env.mujoco_states()[0]
+
+    def set_state(self, state: np.ndarray) -> None:
+        self.env.set_state(state, 0)
 
     def close(self) -> None:
         self.env.close()
 
-    def _observation(self, obs: dict) -> dict:
-        observation = self.reference.observe()  # proprio and privileged of Newton's state, which the reference holds
-        observation["images"] = {name: image[0].cpu().numpy() for name, image in obs.get("images", {}).items()}
-        return observation
-
     def _info(self) -> dict:
-        ref = self.reference
-        return {"success": False, "failure": None, "object": ref.obj.name, "colour": ref.colour,
-                "belt_speed": ref.belt_speed, "condition": ref.condition_name, "time": self.steps / self.cfg.control_hz}
+        return {"success": False, "failure": None, "object": self.obj.name, "colour": self.colour,
+                "belt_speed": self.belt_speed, "condition": self.condition_name,
+                "time": self.steps / self.cfg.control_hz}
 
 
 def make_cell_task(cfg: PickSortCellEnvCfg, condition: str = "nominal") -> CellTask:

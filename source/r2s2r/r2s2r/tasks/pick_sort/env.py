@@ -19,7 +19,7 @@ from r2s2r.cell.spec import ObjectCfg
 from r2s2r.cell.world import load_world
 from r2s2r.control.ik import ArmIK
 from r2s2r.core import ConfigError
-from r2s2r.geometry import mat_to_quat, quat_to_mat
+from r2s2r.geometry import mat_to_quat
 from r2s2r.sim import CellSim
 from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
@@ -101,14 +101,9 @@ class PickSortEnv(gym.Env):
         self._episode = torch.tensor([episode.object_index[0], episode.colour_index[0]])
         self.sim.set_light_state(episode.light_pos[0], episode.light_diffuse[0])
 
-        qpos, ctrl, qvel = m.key_qpos[0].copy(), m.key_ctrl[0].copy(), np.zeros(m.nv)
         self.obj_body, self.obj_geom, self.obj_qadr, self.obj_dadr = self.sim.object_address(self.obj)
         self.sim.paint_objects(self.obj, self.cell.colours[self.colour])
-        qpos[self.obj_qadr:self.obj_qadr + 7] = episode.object_pose[0]
-        true_speed = episode.belt_speed[0]
-        qvel[self.obj_dadr] = true_speed
-        qvel[self.index.belt_dof] = true_speed
-        ctrl[self.index.belt_act] = true_speed
+        qpos, qvel, ctrl = (x[0] for x in mdp.initial_states(m, self.index, episode))
         self.physics.reset(qpos, qvel, ctrl)
         self._ctrl = ctrl
         self.steps = 0
@@ -133,9 +128,7 @@ class PickSortEnv(gym.Env):
     def arm_targets(self, ee_pose: np.ndarray, seed: np.ndarray) -> np.ndarray:
         """The arm joint targets of an `ee_pose` action's grasp-site pose (position, quaternion w,x,y,z): the IK
         from `seed` (the targets the drives hold), as a control step of `action_mode="ee_pose"` solves it."""
-        quat = ee_pose[3:7] / max(np.linalg.norm(ee_pose[3:7]), 1e-9)
-        q_arm, _ = self.ik.solve(seed, ee_pose[:3], quat_to_mat(quat), iterations=self.cfg.ik_iterations)
-        return q_arm
+        return mdp.ee_pose_targets(self.ik, ee_pose[None], seed[None], self.cfg.ik_iterations)[0]
 
     def step(self, action):
         action = np.asarray(action, dtype=float)

@@ -12,12 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import mujoco
 import numpy as np
 import torch
 
+from r2s2r.cell.mjcf import CellIndex, object_body_name
 from r2s2r.cell.spec import BeltCfg, CellCfg, ObjectCfg
+from r2s2r.control.ik import ArmIK
 from r2s2r.core import ConfigError
-from r2s2r.sim import belt_drive_speed, light_draw, lighting_gain
+from r2s2r.geometry import quat_to_mat
+from r2s2r.sim import belt_drive_speed, light_draw, lighting_gain, painted
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, ConditionCfg, PickSortEnvCfg
 
 FAILURES = ("dropped", "fell_off_belt", "wrong_bin", "timeout", "unstable")
@@ -33,6 +37,12 @@ SPAWN_MARGIN = 0.08  # m: the object spawns at least this far inside the belt's 
 PROPRIO = {"arm_q": 7, "arm_dq": 7, "hand_q": 20, "ee_pose": 7, "belt_setpoint": 1}
 PRIVILEGED = {"object_pos": 3, "object_quat": 4, "object_vel": 6, "belt_speed": 1, "object_half_extents": 3,
               "target_bin_pos": 3, "colour_id": 1, "object_id": 1}
+
+
+def split(flat: np.ndarray, layout: dict[str, int]) -> dict[str, np.ndarray]:
+    """A flat observation group (its terms concatenated in `layout`'s order) as {term: values}."""
+    bounds = np.cumsum([0, *layout.values()])
+    return {name: flat[..., a:b] for name, a, b in zip(layout, bounds[:-1], bounds[1:])}
 
 
 # -- episodes ------------------------------------------------------------------------------------------------------
@@ -96,12 +106,47 @@ def sample_episodes(cfg: PickSortEnvCfg, seeds: Sequence[int | None], conditions
         rngs=rngs, belt_rngs=belt_rngs)
 
 
+def initial_states(model: mujoco.MjModel, index: CellIndex, episodes: Episodes
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each episode's first state in the model's layout, (qpos (N, nq), qvel (N, nv), ctrl (N, nu)): the robot at
+    its home keyframe and at rest, the belt and the episode's object moving at the belt's speed, the object at its
+    spawn pose, every other object parked."""
+    n = len(episodes.objects)
+    qpos, ctrl = np.tile(model.key_qpos[0], (n, 1)), np.tile(model.key_ctrl[0], (n, 1))
+    qvel = np.zeros((n, model.nv))
+    rows = np.arange(n)
+    joints = [model.joint(object_body_name(o)) for o in episodes.objects]
+    qadr = np.array([int(j.qposadr[0]) for j in joints])
+    dadr = np.array([int(j.dofadr[0]) for j in joints])
+    qpos[rows[:, None], qadr[:, None] + np.arange(7)] = episodes.object_pose
+    qvel[rows, dadr] = episodes.belt_speed
+    qvel[:, index.belt_dof] = episodes.belt_speed
+    ctrl[:, index.belt_act] = episodes.belt_speed
+    return qpos, qvel, ctrl
+
+
+def geom_colours(model: mujoco.MjModel, cell: CellCfg, episodes: Episodes) -> np.ndarray:
+    """(N, ngeom, 4): each episode's paint, its object in its colour and every other object grey."""
+    return np.stack([painted(model, cell, obj, cell.colours[colour])
+                     for obj, colour in zip(episodes.objects, episodes.colour)])
+
+
 # -- the drive model -----------------------------------------------------------------------------------------------
 def drive_speeds(belt: BeltCfg, setpoints: np.ndarray, rngs: Sequence[np.random.Generator] | None) -> np.ndarray:
     """The belt's true speed (m/s) for one control period of each episode under its set-point: scaled by the cell's
     `speed_scale`, with the jitter drawn from that episode's belt stream (`rngs` None: no jitter)."""
     rngs = [None] * len(setpoints) if rngs is None else rngs
     return np.array([belt_drive_speed(belt, float(s), rng) for s, rng in zip(setpoints, rngs)])
+
+
+def ee_pose_targets(ik: ArmIK, poses: np.ndarray, seeds: np.ndarray, iterations: int) -> np.ndarray:
+    """The right arm's joint targets (N, 7) of `ee_pose` actions' grasp-site poses (N, 7: position, quaternion
+    w,x,y,z, normalized here): each the IK from its seed, the targets the drives hold."""
+    targets = np.empty((len(poses), 7))
+    for i, (pose, seed) in enumerate(zip(poses, seeds)):
+        quat = pose[3:7] / max(np.linalg.norm(pose[3:7]), 1e-9)
+        targets[i], _ = ik.solve(seed, pose[:3], quat_to_mat(quat), iterations=iterations)
+    return targets
 
 
 # -- the outcome ---------------------------------------------------------------------------------------------------
