@@ -23,7 +23,7 @@ from r2s2r.geometry import mat_to_quat
 from r2s2r.sim import CellSim
 from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import CONDITIONS, PickSortEnvCfg
-from r2s2r.tasks.pick_sort.mdp import FAILURES, OUTCOMES, SUCCESS
+from r2s2r.tasks.pick_sort.mdp import OUTCOMES, SUCCESS
 from r2s2r.tasks.pick_sort.renderer_choice import resolve_renderer
 
 
