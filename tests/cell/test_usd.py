@@ -550,7 +550,10 @@ def newton_model(exported):
     wp.config.quiet = True
     builder = newton.ModelBuilder()
     newton.solvers.SolverMuJoCo.register_custom_attributes(builder)
-    builder.add_usd(exported)
+    # The schema resolvers Isaac Lab's Newton manager imports with for the MuJoCo Warp solver, in its order.
+    usd_schemas = newton.usd
+    builder.add_usd(exported, schema_resolvers=[usd_schemas.SchemaResolverNewton(), usd_schemas.SchemaResolverPhysx(),
+                                                usd_schemas.SchemaResolverMjc()])
     return newton, builder.finalize(device="cpu")
 
 
@@ -586,6 +589,32 @@ def test_newton_imports_joints_axes_and_limits_as_mujoco(model, newton_model):
         if model.jnt_limited[j]:
             assert np.allclose([lower[qd_start[i]], upper[qd_start[i]]], model.jnt_range[j], atol=1e-5), jname
     assert nm.mujoco.gravcomp.numpy()[nm.body_label.index("/World/Assets/right_base/right_link1")] == 1.0
+
+
+def test_newton_imports_contact_and_limit_parameters_as_mujoco(model, newton_model):
+    """Every collision geom's friction (sliding, torsional, rolling), contact dimensionality and detection
+    distances, and every limited joint's limit softness reach Newton as MuJoCo C has them, not Newton's defaults
+    (condim 3, torsional 0.005, rolling 1e-4, a 1 cm gap, a limit time constant from its own stiffness)."""
+    _, nm = newton_model
+    shape = {label: i for i, label in enumerate(nm.shape_label)}
+    mu, torsional, rolling = (nm.shape_material_mu.numpy(), nm.shape_material_mu_torsional.numpy(),
+                              nm.shape_material_mu_rolling.numpy())
+    condim, margin, gap = nm.mujoco.condim.numpy(), nm.shape_margin.numpy(), nm.shape_gap.numpy()
+    checked = set()
+    for gid in range(model.ngeom):
+        if not (model.geom_contype[gid] or model.geom_conaffinity[gid]):
+            continue
+        i = shape[usd.geom_prim_path(model, gid)]
+        gname = usd.geom_prim_path(model, gid)
+        assert np.allclose([mu[i], torsional[i], rolling[i]], model.geom_friction[gid], rtol=1e-6), gname
+        assert (condim[i], margin[i], gap[i]) == (model.geom_condim[gid], model.geom_margin[gid], model.geom_gap[gid]), gname
+        checked.add(int(model.geom_condim[gid]))
+    assert checked == {3, 4}  # the objects and fingers carry torsional friction, the rest does not
+    index, qd_start = _newton_joint_index(nm), nm.joint_qd_start.numpy()
+    solreflimit = nm.mujoco.solreflimit.numpy()
+    for j in np.flatnonzero(model.jnt_limited):
+        jname = name(model, mujoco.mjtObj.mjOBJ_JOINT, j)
+        assert np.allclose(solreflimit[qd_start[index[jname]]], model.jnt_solref[j], rtol=1e-6), jname
 
 
 # Measured over 0.5 s (250 steps of 2 ms) with five arm joints stepped by 0.2 rad: every arm joint of both arms

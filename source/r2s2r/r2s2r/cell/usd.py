@@ -26,7 +26,7 @@ Prim layout (stable paths; MuJoCo names pass through `Tf.MakeValidIdentifier`):
     /World/Lights/<light>             SphereLight (MuJoCo spot light) or DistantLight (directional); a light
                                       mounted on a body sits under its body prim instead, like cameras
     /World/Looks/color_<rrggbbaa>     UsdPreviewSurface material per distinct geom colour
-    /World/Looks/friction_<mu>        physics material per distinct friction of collision geoms
+    /World/Looks/friction_<s>_<t>_<r> physics material per distinct friction (sliding, torsional, rolling)
 
 Physics schemas: an asset with hinge or slide joints (each arm, the conveyor with its prismatic belt) is an
 articulation: ArticulationRootAPI on its /World/Assets/<root> prim, RigidBodyAPI and MassAPI on every link, the
@@ -34,7 +34,8 @@ root link fixed to the world. Free bodies (the objects) are rigid bodies; the bi
 ellipsoid is a triangle mesh with its vertices on the surface, collided as its convex hull (USD has no ellipsoid
 and refuses a non-uniformly scaled sphere collider). MuJoCo-only parameters are `mjc:` attributes, as Newton's
 importer reads them: mjc:option:timestep on the scene, mjc:gravcomp on bodies, mjc:armature, mjc:damping and
-mjc:frictionloss on joints.
+mjc:frictionloss on joints, mjc:solreflimit on limited joints, mjc:condim, mjc:margin and
+mjc:gap on collision geoms, mjc:torsionalfriction and mjc:rollingfriction on physics materials.
 Geoms with a non-zero contype or conaffinity get CollisionAPI and a friction material bound for purpose
 "physics". Joint limits and angular drive gains follow USD's degree convention: a MuJoCo stiffness kp
 (N*m/rad) is written as kp * pi / 180 (N*m/deg), damping likewise. Robot links with gravity compensation get
@@ -249,7 +250,7 @@ class _Looks:
     def __init__(self, stage: Usd.Stage):
         self.stage = stage
         self._render: dict[str, UsdShade.Material] = {}
-        self._physics: dict[float, UsdShade.Material] = {}
+        self._physics: dict[tuple[float, float, float], UsdShade.Material] = {}
 
     def render(self, rgba: np.ndarray) -> UsdShade.Material:
         key = "".join(f"{round(float(np.clip(c, 0, 1)) * 255):02x}" for c in rgba)
@@ -264,15 +265,19 @@ class _Looks:
             self._render[key] = mat
         return self._render[key]
 
-    def physics(self, friction: float) -> UsdShade.Material:
-        key = round(float(friction), 6)
+    def physics(self, friction: np.ndarray) -> UsdShade.Material:
+        """The material of MuJoCo friction (sliding, torsional, rolling): USD's friction is the sliding one, the
+        other two are `mjc:` attributes (a grasp's grip against twisting is the torsional one)."""
+        key = tuple(round(float(f), 6) for f in friction)
         if key not in self._physics:
-            name = Tf.MakeValidIdentifier(f"friction_{key:g}".replace(".", "p"))
+            name = Tf.MakeValidIdentifier("friction_" + "_".join(f"{f:g}".replace(".", "p") for f in key))
             mat = UsdShade.Material.Define(self.stage, f"/World/Looks/{name}")
             api = UsdPhysics.MaterialAPI.Apply(mat.GetPrim())
-            api.CreateStaticFrictionAttr(key)
-            api.CreateDynamicFrictionAttr(key)
+            api.CreateStaticFrictionAttr(key[0])
+            api.CreateDynamicFrictionAttr(key[0])
             api.CreateRestitutionAttr(0.0)
+            _mjc(mat.GetPrim(), "torsionalfriction", Sdf.ValueTypeNames.Float, key[1])
+            _mjc(mat.GetPrim(), "rollingfriction", Sdf.ValueTypeNames.Float, key[2])
             self._physics[key] = mat
         return self._physics[key]
 
@@ -331,8 +336,12 @@ def _add_geom(stage: Usd.Stage, model: mujoco.MjModel, gid: int, looks: _Looks) 
         UsdPhysics.CollisionAPI.Apply(prim)
         if gtype in (_G.mjGEOM_MESH, _G.mjGEOM_ELLIPSOID):
             UsdPhysics.MeshCollisionAPI.Apply(prim).CreateApproximationAttr(UsdPhysics.Tokens.convexHull)
-        binding.Bind(looks.physics(model.geom_friction[gid][0]), UsdShade.Tokens.weakerThanDescendants,
-                     "physics")
+        binding.Bind(looks.physics(model.geom_friction[gid]), UsdShade.Tokens.weakerThanDescendants, "physics")
+        # The contact's dimensionality (4: torsional friction too) and detection distances; Newton's own defaults
+        # differ (condim 3, a 1 cm gap).
+        _mjc(prim, "condim", Sdf.ValueTypeNames.Int, int(model.geom_condim[gid]))
+        _mjc(prim, "margin", Sdf.ValueTypeNames.Float, float(model.geom_margin[gid]))
+        _mjc(prim, "gap", Sdf.ValueTypeNames.Float, float(model.geom_gap[gid]))
 
 
 ELLIPSOID_SEGMENTS = (32, 16)  # longitude, latitude: the hull's largest gap to the true surface is ~0.5% of a radius
@@ -452,6 +461,9 @@ def _add_joints(stage: Usd.Stage, model: mujoco.MjModel) -> None:
             lo, hi = model.jnt_range[j] * unit
             joint.CreateLowerLimitAttr(float(lo))
             joint.CreateUpperLimitAttr(float(hi))
+            # The limit's constraint softness as MuJoCo has it; without it Newton derives one from its limit
+            # stiffness (e.g. a 1.5 ms time constant on the fingers instead of MuJoCo's 20 ms).
+            _mjc(joint.GetPrim(), "solreflimit", Sdf.ValueTypeNames.Float2, Gf.Vec2f(*map(float, model.jnt_solref[j])))
         a = actuator_of.get(j)
         if a is not None:
             drive = UsdPhysics.DriveAPI.Apply(joint.GetPrim(), "angular" if angular else "linear")

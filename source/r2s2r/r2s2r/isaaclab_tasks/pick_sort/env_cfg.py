@@ -199,7 +199,8 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
         self.episode_length_s = task.episode_seconds
         self.sim.dt = float(opt.timestep)
         self.sim.render_interval = self.decimation
-        # The reference's MuJoCo options, given as MuJoCo's integer constants. Contact and constraint buffers sized
+        # The reference's MuJoCo options, given as MuJoCo's integer constants, multi-contact convex collisions
+        # included (Newton's default turns them off: one contact per cylinder or hull pair instead of up to four). Contact and constraint buffers sized
         # as the project's MuJoCo Warp backend sizes them: with Isaac Lab's defaults a grasp overflowed the contact
         # buffer (MuJoCo Warp then drops contacts). The manager replays each physics step as a Warp graph on the
         # CPU (cpu_graph.py); CUDA graphs stay off, as there is no CUDA device here.
@@ -208,7 +209,8 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
                                        integrator=int(opt.integrator), cone=int(opt.cone), solver=int(opt.solver),
                                        impratio=float(opt.impratio), iterations=int(opt.iterations),
                                        ls_iterations=int(opt.ls_iterations), tolerance=float(opt.tolerance),
-                                       nconmax=DEFAULT_NCONMAX, njmax=default_njmax(model, DEFAULT_NCONMAX)),
+                                       nconmax=DEFAULT_NCONMAX, njmax=default_njmax(model, DEFAULT_NCONMAX),
+                                       enable_multiccd=not opt.disableflags & mujoco.mjtDisableBit.mjDSBL_MULTICCD),
             num_substeps=1, use_cuda_graph=False)
         scene = self.scene
         scene.cell = AssetBaseCfg(prim_path=CELL, spawn=sim_utils.UsdFileCfg(func=spawn_cell, usd_path=stage_path(cell)))

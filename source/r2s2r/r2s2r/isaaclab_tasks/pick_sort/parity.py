@@ -5,10 +5,12 @@ targets its IK commanded plus the hand targets. They are then played in `R2S2R-P
 and in the Isaac Lab environment from the same seeded reset. Each control step compares the grasp site (forward
 kinematics of each state, since MuJoCo C's `ee_pose` after a step lags the state by one physics step), the object's
 position and the right arm and hand joints. Success agreement plays the scripted episodes of consecutive seeds at
-once, one Isaac Lab environment per seed, and compares how each ended. The numbers in docs/isaaclab.md come from
+once, one Isaac Lab environment per seed, and compares how each ended; with `--closed-loop` each side runs the
+scripted controller on its own observations instead (the way a behaviour generator meets either physics). The numbers in docs/isaaclab.md come from
 
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world ungrounded --seed 1
     python -m r2s2r.isaaclab_tasks.pick_sort.parity --world grounded --seed 0 --episodes 20
+    python -m r2s2r.isaaclab_tasks.pick_sort.parity --world grounded --seed 0 --episodes 20 --closed-loop
 
 (or `isaaclab -p -m ...`); Isaac Lab's launcher options apply (`add_launcher_args`; it starts no Kit for this task).
 """
@@ -94,12 +96,37 @@ def success_agreement(env, world: str, first_seed: int, hold_steps: int = 20) ->
             for i, ((actions, outcome), end) in enumerate(zip(episodes, ends))]
 
 
+def closed_loop_agreement(env, world: str, first_seed: int) -> list[dict]:
+    """The scripted controller in closed loop on both physics, seeds first_seed, first_seed + 1, ... (one per
+    environment of `env`, built for `world` in `action_mode="ee_pose"`): each side's controller reads its own
+    simulator's observations, as a behaviour generator does. Per seed: each side's (step, outcome), Isaac Lab's None
+    if it did not end within the episode."""
+    reference = [scripted_joint_actions(world, first_seed + i) for i in range(env.num_envs)]
+    controllers = [ScriptedPickPlace(env.task.control_hz) for _ in range(env.num_envs)]
+    obs, _ = env.reset(seed=first_seed)
+    ends: list[tuple[int, str] | None] = [None] * env.num_envs
+    for t in range(int(env.max_episode_length)):
+        actions = np.stack([c(env.observation_dict(obs, i)) for i, c in enumerate(controllers)])
+        obs, _, terminated, truncated, extras = env.step(torch.tensor(actions, dtype=torch.float32))
+        for i in np.flatnonzero((terminated | truncated).numpy()):
+            if ends[i] is None:  # the environment has reset since: later ends are another episode's
+                ends[i] = (t, extras["outcome"][i])
+        if all(end is not None for end in ends):
+            break
+    return [{"seed": first_seed + i, "mujoco_c": (len(actions) - 1, outcome), "isaaclab": end,
+             "agree": end is not None and end[1] == outcome}
+            for i, ((actions, outcome), end) in enumerate(zip(reference, ends))]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--world", choices=("grounded", "ungrounded"), default="ungrounded")
     parser.add_argument("--seed", type=int, default=1, help="the episode's seed (with --episodes, the first seed)")
     parser.add_argument("--episodes", type=int, default=1,
                         help="with more than 1: success agreement over that many consecutive seeds, played at once")
+    parser.add_argument("--closed-loop", action="store_true",
+                        help="with --episodes: each side runs the scripted controller on its own observations, "
+                             "instead of Isaac Lab replaying the joint actions recorded on MuJoCo C")
     from isaaclab.app import add_launcher_args
 
     add_launcher_args(parser)
@@ -111,14 +138,15 @@ def main() -> None:
     from r2s2r.isaaclab_tasks.pick_sort.task import cell_env_cfg
 
     cfg = cell_env_cfg(f"Isaac-R2S2R-PickSort-{args.world.capitalize()}-v0", device=launcher_device(args),
-                       action_mode="joint")
+                       action_mode="ee_pose" if args.closed_loop else "joint")
     cfg.scene.num_envs = args.episodes
     with launch(cfg, args):
         env = PickSortCellEnv(cfg)
         try:
             if args.episodes > 1:
-                rows = success_agreement(env, args.world, args.seed)
-                print(json.dumps({"world": args.world, "agree": sum(r["agree"] for r in rows),
+                agreement = closed_loop_agreement if args.closed_loop else success_agreement
+                rows = agreement(env, args.world, args.seed)
+                print(json.dumps({"world": args.world, "closed_loop": args.closed_loop, "agree": sum(r["agree"] for r in rows),
                                   "episodes": len(rows), "rows": rows}, indent=1))
                 return
             actions, _ = scripted_joint_actions(args.world, args.seed)
