@@ -82,6 +82,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=cli.seed, default=0,
                    help="run seed: every attempt's seed and condition derive from it")
     p.add_argument("--num-workers", type=cli.positive_int, default=1, help="worker processes on this machine")
+    p.add_argument("--num_envs", type=cli.positive_int, default=1,
+                   help="Isaac Lab task IDs: environments per worker, each running one attempt at a time (attempts "
+                   "are the same whichever environment runs them)")
     p.add_argument("--ray-address", default=None,
                    help="run the workers on this Ray cluster (HOST:PORT of its head, e.g. 10.0.0.5:6379, or "
                    "'auto'); its nodes need not see OUTPUT's folder. With --num-workers > 1 that many chunks run "
@@ -103,7 +106,7 @@ def main(argv=None) -> int:
 
     try:
         cfg = make_generate_cfg(args.task, args.num_trajectories, args.seed, parse_dotted(args.overrides),
-                                args.generator, launcher_device(args))
+                                args.generator, launcher_device(args), args.num_envs)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -209,7 +209,7 @@ class GraspGenerator:
                           m.geom_margin, m.geom_contype, m.geom_conaffinity, m.body_pos, m.body_quat, m.body_parentid,
                           m.jnt_type, m.jnt_axis, m.jnt_pos, m.jnt_range, m.site_pos, m.site_quat, m.key_qpos):
                 key.update(np.ascontiguousarray(array).tobytes())
-            self.cache_key = key
+            self.cache_key = key.hexdigest()  # a string, so a generator holding this one can be copied
 
     def _descends(self, body: int, root: int) -> bool:
         while body != 0:
@@ -225,9 +225,8 @@ class GraspGenerator:
             raise ValueError(f"object.shape = {obj.shape!r}: expected one of {', '.join(SHAPES)}")
         if self.cache_key is None:
             return self._synthesize(obj)
-        what = self.cache_key.copy()
-        what.update(repr(obj).encode())
-        path = cache_dir() / "grasps" / f"{what.hexdigest()[:24]}.npz"
+        what = hashlib.sha256((self.cache_key + repr(obj)).encode()).hexdigest()
+        path = cache_dir() / "grasps" / f"{what[:24]}.npz"
         cached = _read_grasps(path)
         if cached is None:
             cached = self._synthesize(obj)

@@ -90,6 +90,9 @@ class GenerateCfg:
     generator: Any  # the generator's config dataclass
     datagen: DatagenCfg
     device: str | None = None  # an Isaac Lab task's simulation device (None: its config's, the CPU)
+    # An Isaac Lab task's environments, each running one attempt at a time. Not part of the description: an
+    # attempt is the same whichever environment runs it, so a run resumes under any number.
+    num_envs: int = 1
 
     @property
     def isaaclab(self) -> bool:
@@ -123,10 +126,11 @@ def _jsonable(obj: Any) -> Any:
 
 def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int | None = None,
                       overrides: dict | None = None, generator: str | None = None,
-                      device: str | None = None) -> GenerateCfg:
+                      device: str | None = None, num_envs: int = 1) -> GenerateCfg:
     """The run config for `task`: defaults (four cameras at 128x128), then `overrides` ({env|generator|datagen: ...}).
     `generator`: the behaviour generator, which an Isaac Lab task ID needs (a MuJoCo task ID binds its own);
-    `device`: an Isaac Lab task's simulation device (None: its config's)."""
+    `device`: an Isaac Lab task's simulation device (None: its config's); `num_envs`: its environments, attempts
+    run side by side."""
     with_generator = [t for t, s in TASKS.items() if s.generator] + list(GENERATION_WORLDS)
     overrides = dict(overrides or {})
     unknown = set(overrides) - {"env", "generator", "datagen"}
@@ -152,6 +156,9 @@ def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int 
         if device is not None:
             raise ConfigError(f"device = {device!r}: task {task!r} runs on MuJoCo (env.physics); a simulation "
                               "device is for the Isaac Lab task IDs")
+        if num_envs != 1:
+            raise ConfigError(f"num_envs = {num_envs}: task {task!r} runs on MuJoCo, one environment per worker "
+                              "(--num-workers runs several); num_envs is for the Isaac Lab task IDs")
         name, world = spec.generator, spec.kwargs.get("world")
         if "world" in env_overrides and env_overrides["world"] != world:
             raise ConfigError(f"env.world = {env_overrides['world']!r}: the task binds world {world!r}; choose the "
@@ -175,7 +182,9 @@ def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int 
         raise ConfigError(f"datagen.corrective_noise = {list(datagen.corrective_noise)}: the offset perturbs the "
                           f"commanded grasp-site position; expected env.action_mode = 'ee_pose', not "
                           f"{env.action_mode!r}")
+    if not 1 <= num_envs <= 4096:
+        raise ConfigError(f"num_envs = {num_envs}: expected 1 to 4096 environments")
     if hasattr(generator_config, "validate"):
         generator_config.validate()
     env.validate()
-    return GenerateCfg(task, name, env, generator_config, datagen, device)
+    return GenerateCfg(task, name, env, generator_config, datagen, device, num_envs)

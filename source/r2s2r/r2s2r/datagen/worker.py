@@ -8,8 +8,9 @@ lighting, colours and sensor noise are the episode's). Physics runs once per att
 admitted ones. The views are of each stored state (positions integrated by the step), where an image rendered inside
 the step would show the pose one physics substep earlier (MuJoCo's kinematics lag its integration by a substep, 2 ms
 at the default timestep; tests/datagen/test_generate.py compares the two renderings). An Isaac Lab task
-(`GenerateCfg.isaaclab`) renders its cameras during the attempt and records them as they come, on one Isaac Lab
-environment behind the task's interface (`r2s2r.isaaclab_tasks.pick_sort.task.CellTask`).
+(`GenerateCfg.isaaclab`) renders its cameras during the attempt and records them as they come, on its Isaac Lab
+environments: `GenerateCfg.num_envs` attempts side by side, each environment taking the next attempt as soon as its
+own ends, each attempt the same as it would be alone.
 
 Work comes in chunks of consecutive attempts, each written to its own shard with `DemoWriter` (crash-safe and
 resumable at attempt granularity); a finished shard is published under its final name and never redone. A process
@@ -20,6 +21,7 @@ cluster writes it into a scratch folder on its own node and returns the finished
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -29,8 +31,8 @@ import socket
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,42 @@ class Attempt:
     physics_s: float = 0.0  # seconds in the physics of its control periods (0 on Isaac Lab, which does not time it)
 
 
+@dataclass
+class _Running:
+    """An attempt in progress on one of an Isaac Lab task's environments."""
+
+    index: int
+    seed: int
+    condition: str
+    generator: Any
+    episode: dict  # its object, colour and belt speed, taken at its start (the environment resets at its end)
+    plan_attrs: dict = field(default_factory=dict)
+    noise: CorrectiveNoise | None = None
+    recorder: EpisodeRecorder = field(default_factory=EpisodeRecorder)
+    plan_s: float = 0.0
+
+    def timed(self, call: Callable, *args):
+        """Call the generator, its time added to the attempt's planning time."""
+        started = time.perf_counter()
+        try:
+            return call(*args)
+        finally:
+            self.plan_s += time.perf_counter() - started
+
+    def executed(self, action: np.ndarray) -> np.ndarray:
+        """The action the physics executes: the generator's, with the corrective offset if the run adds one."""
+        return action if self.noise is None else self.noise(action)
+
+    def result(self, worker: Worker, outcome: str) -> Attempt:
+        """How the attempt ended: `outcome` is "success" or the failure's name."""
+        if outcome != "success":
+            return Attempt(self.index, self.seed, self.condition, False, outcome, steps=len(self.recorder),
+                           plan_s=self.plan_s)
+        attempt = worker._admitted(self.index, self.seed, self.condition, self.recorder, self.episode,
+                                   self.plan_attrs)
+        return dataclasses.replace(attempt, plan_s=self.plan_s)
+
+
 class Worker:
     """Holds one process's environments and generator (built once, reused for every attempt). `generator`: one
     built elsewhere from `cfg.generator` (e.g. by the driver, which has the generator's input files), else built
@@ -107,11 +145,12 @@ class Worker:
     def __init__(self, cfg: GenerateCfg, generator: Any = None):
         self.cfg = cfg
         if cfg.isaaclab:
-            # Isaac Lab holds one simulation per process, so the attempt and its recording share the environment
-            # (with the cameras on in both).
-            from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg, make_cell_task
+            # Isaac Lab holds one simulation per process, so the attempts and their recording share its
+            # environments (with the cameras on), `cfg.num_envs` attempts side by side.
+            from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+            from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg
 
-            self.physics_env = self.record_env = make_cell_task(generation_env_cfg(cfg))
+            self.physics_env = self.record_env = PickSortCellEnv(generation_env_cfg(cfg))
             self._sim = None  # Isaac Lab steps its own physics, untimed here
         else:
             self.physics_env = PickSortEnv(cfg.env.replace(cameras=()))
@@ -128,52 +167,114 @@ class Worker:
             self.record_env.close()
 
     def attempt(self, index: int) -> Attempt:
-        self._plan_s = 0.0
-        physics_before = self._sim.physics_s if self._sim else 0.0
-        result = self._attempt(index)
-        return dataclasses.replace(result, plan_s=self._plan_s,
-                                   physics_s=self._sim.physics_s - physics_before if self._sim else 0.0)
+        """Attempt `index` alone."""
+        return next(self.attempts(range(index, index + 1)))
 
-    def _plan(self, call: Callable, *args):
-        """Call the generator, its time added to the attempt's planning time."""
-        started = time.perf_counter()
+    def attempts(self, indices: range) -> Iterator[Attempt]:
+        """The attempts `indices`, in their order: one after another on MuJoCo, side by side on an Isaac Lab task's
+        environments."""
+        if self.cfg.isaaclab:
+            yield from self._side_by_side(indices)
+            return
+        for index in indices:
+            physics_before = self._sim.physics_s
+            result = self._attempt(index)
+            yield dataclasses.replace(result, physics_s=self._sim.physics_s - physics_before)
+
+    def _begin(self, index: int, seed: int, condition: str, generator: Any, env, obs: dict,
+               episode: dict) -> _Running | Attempt:
+        """Attempt `index` after its reset on `env` (observation `obs`; `episode`: the reset's info): the generator
+        reset on it, or the attempt rejected if the generator finds no way."""
+        cfg = self.cfg
+        run = _Running(index, seed, condition, generator, episode)
         try:
-            return call(*args)
-        finally:
-            self._plan_s += time.perf_counter() - started
+            run.plan_attrs = run.timed(generator.reset, env, obs, np.random.default_rng([cfg.datagen.seed, index, 2]))
+        except GenerationError as e:
+            return Attempt(index, seed, condition, False, e.reason, plan_s=run.plan_s)
+        run.noise = attempt_noise(cfg.datagen.corrective_noise, cfg.datagen.corrective_tau, cfg.datagen.seed, index,
+                                  cfg.env.control_hz)
+        return run
 
     def _attempt(self, index: int) -> Attempt:
-        cfg = self.cfg
-        seed = attempt_seed(cfg.datagen.seed, index)
-        condition = attempt_condition(cfg, index)
+        """Attempt `index` on the MuJoCo environment."""
+        seed, condition = attempt_seed(self.cfg.datagen.seed, index), attempt_condition(self.cfg, index)
         env = self.physics_env
-        obs, _ = env.reset(seed=seed, options={"condition": condition})
-        try:
-            plan_attrs = self._plan(self.generator.reset, env, obs,
-                                    np.random.default_rng([cfg.datagen.seed, index, 2]))
-        except GenerationError as e:
-            return Attempt(index, seed, condition, False, e.reason)
-        recorder = EpisodeRecorder()
-        noise = attempt_noise(cfg.datagen.corrective_noise, cfg.datagen.corrective_tau, cfg.datagen.seed, index,
-                              cfg.env.control_hz)
+        obs, info = env.reset(seed=seed, options={"condition": condition})
+        run = self._begin(index, seed, condition, self.generator, env, obs, info)
+        if isinstance(run, Attempt):
+            return run
         while True:
-            action = np.asarray(self._plan(self.generator, obs), dtype=float)
-            recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
-            obs, _, terminated, truncated, info = env.step(action if noise is None else noise(action))
+            action = np.asarray(run.timed(run.generator, obs), dtype=float)
+            run.recorder.record(obs["proprio"], obs["privileged"], obs["images"], action, env.state())
+            obs, _, terminated, truncated, info = env.step(run.executed(action))
             if terminated or truncated:
                 break
-        if not info["success"]:
-            return Attempt(index, seed, condition, False, info["failure"] or "failed", steps=len(recorder))
-        if self.record_env is not self.physics_env:
-            self._render(recorder, seed, condition)
+        if info["success"] and self.record_env is not self.physics_env:
+            self._render(run.recorder, seed, condition)
+        return run.result(self, "success" if info["success"] else info["failure"] or "failed")
+
+    def _admitted(self, index: int, seed: int, condition: str, recorder: EpisodeRecorder, episode: dict,
+                  plan_attrs: dict) -> Attempt:
+        """A successful attempt as its demo and attributes (`episode`: its object, colour and belt speed), or
+        rejected if its subtasks cannot be annotated."""
         try:
             demo = recorder.demo(f"attempt seed {seed}")
         except AnnotationError:
             return Attempt(index, seed, condition, False, "annotation", steps=len(recorder))
-        attrs = {"seed": seed, "success": True, "attempt": index, "task": cfg.task, "generator": cfg.generator_name,
-                 "condition": condition, "object": info["object"], "colour": info["colour"],
-                 "belt_speed": float(info["belt_speed"]), "source_demo": "", **self.world_attrs, **plan_attrs}
+        attrs = {"seed": seed, "success": True, "attempt": index, "task": self.cfg.task,
+                 "generator": self.cfg.generator_name, "condition": condition, "object": episode["object"],
+                 "colour": episode["colour"], "belt_speed": float(episode["belt_speed"]), "source_demo": "",
+                 **self.world_attrs, **plan_attrs}
         return Attempt(index, seed, condition, True, "admitted", demo, attrs, len(recorder))
+
+    def _side_by_side(self, indices: range) -> Iterator[Attempt]:
+        """Attempts `indices` on the Isaac Lab environments, one per environment at a time: an environment whose
+        attempt ends takes the next index at once. Each attempt is what it would be alone (its seed, condition,
+        generator stream and corrective noise derive from its index); they are yielded in index order."""
+        import torch
+
+        from r2s2r.isaaclab_tasks.pick_sort.task import CellTask
+
+        cfg, env = self.cfg, self.physics_env
+        views = [CellTask(env, env_id=i) for i in range(env.num_envs)]
+        # The generators keep per-attempt state, so each environment has its own.
+        generators = [self.generator] + [copy.deepcopy(self.generator) for _ in range(env.num_envs - 1)]
+        running: dict[int, _Running] = {}  # environment -> its attempt
+        waiting = iter(indices)
+        finished: dict[int, Attempt] = {}
+        order = list(indices)
+        obs = None
+        while order:
+            idle = [i for i in range(env.num_envs) if i not in running]
+            starts = [(i, index) for i, index in zip(idle, waiting)]
+            if starts:
+                seeds = [attempt_seed(cfg.datagen.seed, index) for _, index in starts]
+                conditions = [attempt_condition(cfg, index) for _, index in starts]
+                obs = env.start_episodes([i for i, _ in starts], seeds, conditions)
+                for (i, index), seed, condition in zip(starts, seeds, conditions):
+                    run = self._begin(index, seed, condition, generators[i], views[i], env.observation_dict(obs, i),
+                                      views[i].episode_info())
+                    if isinstance(run, Attempt):
+                        finished[index] = run
+                    else:
+                        running[i] = run
+            if running:
+                states = env.mujoco_states()
+                actions = env.hold_actions(obs)  # environments without an attempt hold still
+                for i, run in running.items():
+                    mine = env.observation_dict(obs, i)
+                    action = np.asarray(run.timed(run.generator, mine), dtype=float)
+                    run.recorder.record(mine["proprio"], mine["privileged"], mine["images"], action, states[i])
+                    actions[i] = run.executed(action)
+                obs, _, terminated, truncated, extras = env.step(torch.tensor(actions, dtype=torch.float32,
+                                                                              device=env.device))
+                for i in np.flatnonzero((terminated | truncated).cpu().numpy()):
+                    run = running.pop(int(i), None)
+                    if run is not None:
+                        finished[run.index] = run.result(self, extras["outcome"][i] or "failed")
+            while order and order[0] in finished:
+                yield finished.pop(order.pop(0))
+
 
     def _render(self, recorder: EpisodeRecorder, seed: int, condition: str) -> None:
         """The camera views of every recorded step, rendered from its stored state. The reset renders the first
@@ -262,8 +363,8 @@ def run_chunk(spec: ChunkSpec, on_attempt: Callable[[Attempt], None] | None = No
         plan_s = float(writer.get_attr("shard_plan_s", 0.0))
         physics_s = float(writer.get_attr("shard_physics_s", 0.0))
         start = int(writer.get_attr("shard_next", spec.attempts.start))
-        for index in range(start, spec.attempts.stop):
-            result = worker.attempt(index)
+        for result in worker.attempts(range(start, spec.attempts.stop)):
+            index = result.index
             if result.admitted:
                 writer.append(result.demo, result.attrs)
             reasons[result.reason] += 1

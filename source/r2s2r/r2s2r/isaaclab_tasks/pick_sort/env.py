@@ -264,10 +264,23 @@ class PickSortCellEnv(DirectRLEnv):
             if self._next_seed is not None:
                 self._next_seed += 1
         condition = (self._options or {}).get("condition", self.task.condition)
-        episodes = mdp.sample_episodes(self.task, seeds, [condition] * len(ids), self.lights_nominal)
+        self._start(ids, mdp.sample_episodes(self.task, seeds, [condition] * len(ids), self.lights_nominal))
+
+    def start_episodes(self, env_ids: list[int], seeds: list[int | None], conditions: list[str]) -> dict:
+        """Start environment `env_ids[k]`'s next episode as `R2S2R-PickSort-v0`'s `reset(seed=seeds[k],
+        options={"condition": conditions[k]})` while the others run on (a batched generator's next attempts).
+        Returns every environment's observation groups. An unknown condition fails before anything is reset."""
+        episodes = mdp.sample_episodes(self.task, list(seeds), list(conditions), self.lights_nominal)
+        super()._reset_idx(torch.tensor(env_ids, device=self.device))  # episode counters and Isaac Lab's events
+        self._start(list(env_ids), episodes)
+        return self.observe()
+
+    def _start(self, ids: list[int], episodes: mdp.Episodes) -> None:
+        """Episodes drawn by `mdp.sample_episodes` into environments `ids`: their initial states written into
+        Newton, their paint on the Newton renderer's shapes."""
         qpos, qvel, ctrl = mdp.initial_states(self.model, self.index, episodes)
         for k, i in enumerate(ids):
-            self.conditions[i] = condition
+            self.conditions[i] = episodes.condition[k]
             self.episode_objects[i], self.episode_colours[i] = episodes.objects[k], episodes.colour[k]
             self.rngs[i], self.belt_rngs[i] = episodes.rngs[k], episodes.belt_rngs[k]
             self.outcome[i] = None
@@ -407,6 +420,13 @@ class PickSortCellEnv(DirectRLEnv):
         """The observation groups of the current state (what a step returns; after `set_state`, what the cameras
         see there)."""
         return self._get_observations()
+
+    def hold_actions(self, obs: dict) -> np.ndarray:
+        """Actions (num_envs, 27) that hold every environment where observation groups `obs` have it: in the
+        configured action mode, the arm's posture (its grasp-site pose) and the hand's joints."""
+        proprio = {k: v.cpu().numpy().astype(float) for k, v in mdp.split(obs["policy"], mdp.PROPRIO).items()}
+        arm = proprio["ee_pose"] if self.cfg.action_mode == "ee_pose" else proprio["arm_q"]
+        return np.concatenate([arm, proprio["hand_q"]], axis=1)
 
     @staticmethod
     def observation_dict(obs: dict, env_id: int) -> dict:

@@ -1,13 +1,14 @@
 """One Isaac Lab environment of the cell behind the interface of `R2S2R-PickSort-v0`, so that the project's behaviour
-generators and its datagen worker run on Newton's physics unchanged.
+generators run on Newton's physics unchanged.
 
-`CellTask` wraps a `PickSortCellEnv` of one environment. Its `reset(seed=, options=)` and `step(action)` return
+`CellTask` is environment `env_id` of a `PickSortCellEnv`. On an environment config of one environment its `reset(seed=, options=)` and `step(action)` return
 gymnasium's tuples with `PickSortEnv`'s observation dict (`proprio`, `privileged`, `images`) and info (`success`,
 `failure`, `object`, `colour`, `belt_speed`, `condition`, `time`); `state()` is Newton's state in MuJoCo's layout
 (qpos | qvel). Actions are `PickSortEnv`'s `ee_pose` actions (grasp-site position, quaternion w,x,y,z, 20 hand
 targets), which the environment takes in its own `action_mode="ee_pose"`. What describes the cell (`model`,
 `cell`, `index`, `ik`, `bins`, `world`, `max_steps`) and the episode (`obj`, `colour`, `belt_speed`) is the
-environment's.
+environment's; on a config of several, a `CellTask` per environment is what a behaviour generator reads at its
+reset while the environments are stepped together (the datagen worker's side-by-side attempts).
 
 One difference: Isaac Lab resets an environment within the step that ends its episode, so the observation that
 step returns is already the next episode's. Callers stop at the end of an episode, as the datagen worker does.
@@ -39,22 +40,23 @@ def cell_env_cfg(task: str, cameras: tuple[str, ...] = (), image_size: tuple[int
 
 def generation_env_cfg(cfg) -> PickSortCellEnvCfg:
     """The environment config of a generation run on an Isaac Lab task (`r2s2r.datagen.GenerateCfg`): its task, its
-    image observations (`env.cameras`, `env.image_size`, `env.depth`) and its device."""
+    image observations (`env.cameras`, `env.image_size`, `env.depth`), its device and its number of environments."""
     env = cfg.env
-    return cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device)
+    env_cfg = cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device)
+    env_cfg.scene.num_envs = cfg.num_envs
+    return env_cfg
 
 
 class CellTask:
     """`PickSortEnv`'s interface on one `PickSortCellEnv` (see the module docstring)."""
 
-    def __init__(self, env: PickSortCellEnv, condition: str = "nominal"):
-        if env.num_envs != 1:
-            raise ConfigError(f"scene.num_envs = {env.num_envs}: expected 1 (the task interface drives one "
-                              "environment)")
+    def __init__(self, env: PickSortCellEnv, condition: str = "nominal", env_id: int = 0):
+        if not 0 <= env_id < env.num_envs:
+            raise ConfigError(f"env_id = {env_id}: expected 0 to {env.num_envs - 1}")
         if env.cfg.action_mode != "ee_pose":
             raise ConfigError(f"action_mode = {env.cfg.action_mode!r}: expected 'ee_pose' (the task interface's "
                               "actions)")
-        self.env = env
+        self.env, self.env_id = env, env_id
         self.cfg = env.task.replace(cameras=tuple(env.cfg.cameras), image_size=tuple(env.cfg.image_size),
                                     depth=env.cfg.depth, action_mode="ee_pose", condition=condition).validate()
         # The cell's description, as PickSortEnv has it.
@@ -63,30 +65,42 @@ class CellTask:
         self.max_steps = int(round(self.cfg.episode_seconds * self.cfg.control_hz))
         self.steps = 0
 
-    # The episode's draw (environment 0's).
+    # The episode's draw (environment env_id's).
     @property
     def obj(self):
-        return self.env.episode_objects[0]
+        return self.env.episode_objects[self.env_id]
 
     @property
     def colour(self) -> str:
-        return self.env.episode_colours[0]
+        return self.env.episode_colours[self.env_id]
 
     @property
     def belt_speed(self) -> float:
-        return float(self.env.setpoint[0])
+        return float(self.env.setpoint[self.env_id])
 
     @property
     def condition_name(self) -> str:
-        return self.env.conditions[0]
+        return self.env.conditions[self.env_id]
+
+    def episode_info(self) -> dict:
+        """What `PickSortEnv.reset` reports of the episode: its object, colour, belt speed and condition."""
+        return {"object": self.obj.name, "colour": self.colour, "belt_speed": self.belt_speed,
+                "condition": self.condition_name}
+
+    def _single(self) -> None:
+        if self.env.num_envs != 1:
+            raise ConfigError(f"scene.num_envs = {self.env.num_envs}: reset and step drive a single environment; "
+                              "step several through the environment itself")
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         # As PickSortEnv: without options, the episode is drawn under the config's condition.
+        self._single()
         obs, _ = self.env.reset(seed=seed, options=options or {"condition": self.cfg.condition})
         self.steps = 0
         return self.env.observation_dict(obs, 0), self._info()
 
     def step(self, action) -> tuple[dict, float, bool, bool, dict]:
+        self._single()
         action = np.asarray(action, dtype=float)
         if action.shape != (27,):
             raise ValueError(f"action has shape {action.shape}: expected (27,) = grasp-site pose (7) + 20 hand targets")
@@ -103,21 +117,19 @@ class CellTask:
 
     def observe(self) -> dict:
         """The observation of the environment's current state (after `set_state`, what its cameras see there)."""
-        return self.env.observation_dict(self.env.observe(), 0)
+        return self.env.observation_dict(self.env.observe(), self.env_id)
 
     def state(self) -> np.ndarray:
-        return self.env.mujoco_states()[0]
+        return self.env.mujoco_states()[self.env_id]
 
     def set_state(self, state: np.ndarray) -> None:
-        self.env.set_state(state, 0)
+        self.env.set_state(state, self.env_id)
 
     def close(self) -> None:
         self.env.close()
 
     def _info(self) -> dict:
-        return {"success": False, "failure": None, "object": self.obj.name, "colour": self.colour,
-                "belt_speed": self.belt_speed, "condition": self.condition_name,
-                "time": self.steps / self.cfg.control_hz}
+        return {"success": False, "failure": None, **self.episode_info(), "time": self.steps / self.cfg.control_hz}
 
 
 def make_cell_task(cfg: PickSortCellEnvCfg, condition: str = "nominal") -> CellTask:
