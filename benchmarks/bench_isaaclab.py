@@ -6,7 +6,7 @@ from the same USD stage with `ModelBuilder.add_usd` and `replicate` (one world p
 environments' origins), with the environment's solver options and shape defaults, from the environment's state
 and drive targets after its reset and first step, replayed as a Warp graph as the environment's physics manager
 replays its own (r2s2r/isaaclab_tasks/pick_sort/cpu_graph.py). It has no Isaac Lab layer: no actuators, asset buffers or scene
-updates, and no MuJoCo C references (state read-back, outcomes, observations). `ratio` = environment / bare.
+updates, and none of the task's rules (outcomes, observations, episode state). `ratio` = environment / bare.
 
 Isaac Lab holds one simulation per process, so each environment count runs in a child process (this script with
 `--worker`). Both sides take one untimed control step first (Warp kernels compile or load from the cache), then
@@ -68,8 +68,8 @@ def bare_solver(cfg, origins, manager):
 
     cell = newton.ModelBuilder()
     SolverMuJoCo.register_custom_attributes(cell)
-    # The shape defaults Isaac Lab gives its builders (its contact gap of 1 cm; with Newton's own default MuJoCo
-    # Warp found 3.6 times the contacts here), and its importer's settings; no visual shapes, as without cameras.
+    # The shape defaults Isaac Lab gives its builders and its importer's settings (the stage's mjc: attributes
+    # override both where the cell sets them); no visual shapes, as without cameras.
     for key, value in cfg.sim.physics.default_shape_cfg.to_dict().items():
         setattr(cell.default_shape_cfg, key, value)
     resolvers = [newton.usd.SchemaResolverNewton(), newton.usd.SchemaResolverPhysx(), newton.usd.SchemaResolverMjc()]
