@@ -27,6 +27,17 @@ FRAMES = ("reset", "belt", "arm")  # after reset; one step from the reference's 
 RENDER_REPS = 10
 
 
+def _episode(seed: int) -> tuple[str, str]:
+    env = PickSortEnv(world="ungrounded", cameras=())
+    _, info = env.reset(seed=seed)
+    return info["object"], info["colour"]
+
+
+# The first later seed whose episode has SEED's object (the capsule) in another colour.
+REPAINT_SEED = next(s for s in range(SEED + 1, SEED + 500)
+                    if _episode(s)[0] == _episode(SEED)[0] and _episode(s)[1] != _episode(SEED)[1])
+
+
 def record() -> dict[str, np.ndarray]:
     """Run the Isaac Lab environment with all cameras (and depth) through FRAMES: each frame's images and the state
     it showed (Newton's, in MuJoCo's qpos | qvel layout), and each camera's render time."""
@@ -56,11 +67,18 @@ def record() -> dict[str, np.ndarray]:
     env.set_state(ahead.state())
     obs, *_ = env.step(torch.tensor(hold, dtype=torch.float32)[None])
     keep("belt", obs)
+    belt_state = out["belt/state"]
     moved = hold.copy()
     moved[:7] += ARM
     for _ in range(4):
         obs, *_ = env.step(torch.tensor(moved, dtype=torch.float32)[None])
     keep("arm", obs)
+
+    # Another seed's episode of the same object in another colour, in the belt frame's state: the reset event
+    # repaints the object.
+    env.reset(seed=REPAINT_SEED)
+    env.set_state(belt_state)
+    keep("repainted", env.observe())
 
     for name in CAMERAS:  # one camera's frame: the sensor's render, then the lens
         env.looks.show_to(name)
@@ -86,14 +104,14 @@ def frames() -> dict[str, tuple[dict, dict]]:
         world="ungrounded", cameras=CAMERAS, image_size=SIZE, depth=True, action_mode="joint", renderer="mujoco_warp"
     )
     ref.reset(seed=SEED)
+    ours = lambda frame: {k.split("/", 1)[1]: v for k, v in data.items()  # noqa: E731
+                          if k.startswith(f"{frame}/") and not k.endswith("/state")}
     out = {}
     for frame in FRAMES:
         ref.set_state(data[f"{frame}/state"])
-        ours = {
-            k.split("/", 1)[1]: v for k, v in data.items() if k.startswith(f"{frame}/") and not k.endswith("/state")
-        }
-        out[frame] = (ours, ref.observe()["images"])
+        out[frame] = (ours(frame), ref.observe()["images"])
     ref.close()
+    out["repainted"] = (ours("repainted"), None)
     out["ms"] = {name: data[f"ms/{name}"] for name in CAMERAS}
     return out
 
@@ -169,6 +187,18 @@ def test_moving_the_arm_changes_the_wrist_and_head_images(frames):
         change = np.abs(after[name].astype(int) - before[name]).mean()
         print(f"{name}: mean level change {change:.1f}")
         assert change > least, name
+
+
+def test_each_episode_shows_its_own_colours(frames):
+    """The `paint` reset event: the same state under the episode of another seed (the same capsule, drawn in
+    another colour) shows that colour where the red capsule was, in both head cameras."""
+    _, colour = _episode(REPAINT_SEED)
+    channel = 1 + ("red", "green", "blue").index(colour)
+    for name in ("head_left", "head_right"):
+        before, after = colours(frames["belt"][0][name]), colours(frames["repainted"][0][name])
+        capsule = (before == 1) & (after != 1)  # red before, not after: the capsule (the red bin stays red)
+        assert capsule.sum() > 10, name
+        assert (after[capsule] == channel).mean() > 0.9, name
 
 
 def test_render_time(frames):

@@ -216,6 +216,7 @@ class PickSortCellEnv(DirectRLEnv):
         self.rngs = [np.random.default_rng() for _ in range(n)]
         self.belt_rngs = [np.random.default_rng() for _ in range(n)]
         self.lifted = torch.zeros(n, dtype=torch.bool, device=self.device)
+        self.geom_rgba = np.tile(self.model.geom_rgba, (n, 1, 1))  # each episode's paint of the cell's geoms
         self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(n)]
         self._pending = torch.zeros(n, 27, device=self.device)
         # ee_pose mode: the arm targets last sent, each IK's seed (set at reset and set_state, then per step)
@@ -256,7 +257,6 @@ class PickSortCellEnv(DirectRLEnv):
     def _reset_idx(self, env_ids: Sequence[int] | torch.Tensor | None):
         if env_ids is None:
             env_ids = torch.arange(self.num_envs, device=self.device)
-        super()._reset_idx(env_ids)
         ids = [int(i) for i in env_ids]
         seeds = []
         for _ in ids:
@@ -265,14 +265,14 @@ class PickSortCellEnv(DirectRLEnv):
                 self._next_seed += 1
         condition = (self._options or {}).get("condition", self.task.condition)
         self._start(ids, mdp.sample_episodes(self.task, seeds, [condition] * len(ids), self.lights_nominal))
+        super()._reset_idx(env_ids)  # episode counters, and the reset events on the new episodes
 
     def start_episodes(self, env_ids: list[int], seeds: list[int | None], conditions: list[str]) -> dict:
         """Start environment `env_ids[k]`'s next episode as `R2S2R-PickSort-v0`'s `reset(seed=seeds[k],
         options={"condition": conditions[k]})` while the others run on (a batched generator's next attempts).
         Returns every environment's observation groups. An unknown condition fails before anything is reset."""
-        episodes = mdp.sample_episodes(self.task, list(seeds), list(conditions), self.lights_nominal)
-        super()._reset_idx(torch.tensor(env_ids, device=self.device))  # episode counters and Isaac Lab's events
-        self._start(list(env_ids), episodes)
+        self._start(list(env_ids), mdp.sample_episodes(self.task, list(seeds), list(conditions), self.lights_nominal))
+        super()._reset_idx(torch.tensor(env_ids, device=self.device))  # episode counters and reset events
         return self.observe()
 
     def _start(self, ids: list[int], episodes: mdp.Episodes) -> None:
@@ -293,8 +293,7 @@ class PickSortCellEnv(DirectRLEnv):
         self._arm_targets[ids] = ctrl[:, self.index.arm_act]
         self._write_state(ids, qpos, qvel, ctrl)
         self.sim.forward()  # the bodies' poses of the new states, which the observations read
-        if self.looks is not None:
-            self.looks.paint(ids, mdp.geom_colours(self.model, self.cell, episodes))
+        self.geom_rgba[ids] = mdp.geom_colours(self.model, self.cell, episodes)  # shown by the `paint` event
 
     @property
     def lights_nominal(self) -> tuple[np.ndarray, np.ndarray]:
@@ -419,7 +418,7 @@ class PickSortCellEnv(DirectRLEnv):
     def observe(self) -> dict:
         """The observation groups of the current state (what a step returns; after `set_state`, what the cameras
         see there)."""
-        return self._get_observations()
+        return self._get_observations(rerender=True)
 
     def hold_actions(self, obs: dict) -> np.ndarray:
         """Actions (num_envs, 27) that hold every environment where observation groups `obs` have it: in the
@@ -437,10 +436,12 @@ class PickSortCellEnv(DirectRLEnv):
                 "privileged": mdp.split(row(obs["privileged"]), mdp.PRIVILEGED),
                 "images": {name: image[env_id].cpu().numpy() for name, image in obs.get("images", {}).items()}}
 
-    def _get_observations(self) -> dict:
+    def _get_observations(self, rerender: bool = False) -> dict:
+        """`rerender`: draw the cameras again (a state written since the last step is not a step: their data would
+        still be the step's)."""
         obs = {"policy": self._proprio(), "privileged": self._privileged()}
         if self.lenses:
-            obs["images"] = {k: v for name in self.lenses for k, v in self._images(name).items()}
+            obs["images"] = {k: v for name in self.lenses for k, v in self._images(name, rerender).items()}
         return obs
 
     def _proprio(self) -> torch.Tensor:
@@ -465,11 +466,13 @@ class PickSortCellEnv(DirectRLEnv):
                           self._bin_centers[self.colour_index], as_column(self.colour_index),
                           as_column(self.object_index)], dim=1)
 
-    def _images(self, name: str) -> dict[str, torch.Tensor]:
+    def _images(self, name: str, rerender: bool = False) -> dict[str, torch.Tensor]:
         """Camera `name`'s image of every environment, and with `cfg.depth` its depth: the lens applied to the
         sensor's pinhole render, sensor noise drawn from each episode's generator."""
         if self.looks is not None:
             self.looks.show_to(name)  # before the sensor's data is read, which renders it
+        if rerender:
+            self.scene[name].update(0.0, force_recompute=True)
         output = self.scene[name].data.output
         rgb = output["rgb"].torch.cpu().numpy()
         depth = output["depth"].torch[..., 0].cpu().numpy() if self.cfg.depth else [None] * len(rgb)

@@ -22,10 +22,12 @@ from pathlib import Path
 import isaaclab.sim as sim_utils
 import mujoco
 import numpy as np
+import torch
 from isaaclab.actuators import ImplicitActuatorCfg
 from isaaclab.assets import ArticulationCfg, AssetBaseCfg, RigidObjectCfg
 from isaaclab.envs import DirectRLEnvCfg
 from isaaclab.envs.mimic_env_cfg import DataGenConfig, MimicEnvCfg, SubTaskConfig
+from isaaclab.managers import EventTermCfg
 from isaaclab.renderers import RendererCfg
 from isaaclab.scene import InteractiveSceneCfg
 from isaaclab.sensors import CameraCfg, ContactSensorCfg
@@ -158,6 +160,22 @@ def camera_cfg(
     )
 
 
+def paint_episodes(env, env_ids: torch.Tensor) -> None:
+    """Reset event: each reset environment's episode paint (`PickSortCellEnv.geom_rgba`, drawn with the episode from
+    its seed: the object's colour, the bins') on the shapes Newton's ray tracer draws. Without Newton cameras there
+    is nothing to paint."""
+    if env.looks is not None:
+        ids = [int(i) for i in env_ids]
+        env.looks.paint(ids, env.geom_rgba[ids])
+
+
+@configclass
+class PickSortEventsCfg:
+    """Per-episode randomization as Isaac Lab event terms, applied to the episodes the environment draws."""
+
+    paint = EventTermCfg(func=paint_episodes, mode="reset")
+
+
 @configclass
 class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
     """Set `world` (a world file name or path) and call `bind()`; the factories below do both. Also a Mimic
@@ -182,6 +200,7 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
     image_size: tuple[int, int] = (128, 128)  # (height, width)
     depth: bool = False  # each camera's depth as well, `<name>_depth`
     renderer: str = "newton_warp"  # a key of RENDERERS
+    events: PickSortEventsCfg = PickSortEventsCfg()
 
     def renderer_cfg(self) -> RendererCfg:
         """Isaac Lab's configuration of the renderer `renderer` names."""
