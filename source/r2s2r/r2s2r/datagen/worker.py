@@ -275,7 +275,6 @@ class Worker:
             while order and order[0] in finished:
                 yield finished.pop(order.pop(0))
 
-
     def _render(self, recorder: EpisodeRecorder, seed: int, condition: str) -> None:
         """The camera views of every recorded step, rendered from its stored state. The reset renders the first
         and sets the episode's lighting, colours and sensor-noise stream; the later views draw their noise in step
