@@ -201,8 +201,6 @@ class PickSortCellEnv(DirectRLEnv):
                                       matrix_from_quat(torch.tensor(site.quat[WXYZ_TO_XYZW], dtype=torch.float32,
                                                                     device=self.device)))
         self.judge = mdp.Judge(self.cell, self.device, torch.float32)
-        bins = [self.bins[c] for c in self.colours]
-        self._bin_centers = torch.tensor(np.array([b.center for b in bins]), dtype=torch.float32, device=self.device)
         self._half_extents = torch.tensor(np.array([o.half_extents for o in self.all_objects]), dtype=torch.float32,
                                           device=self.device)
         # Each environment's episode: what it drew (object, colour, set-point, condition) and its streams.
@@ -463,7 +461,7 @@ class PickSortCellEnv(DirectRLEnv):
         belt = self.conveyor.data.joint_vel.torch[:, self._belt_joint]
         as_column = lambda x: x.to(torch.float32)[:, None]  # noqa: E731
         return torch.cat([pose[:, :3], quat, vel[:, :3], spin, belt, self._half_extents[self.object_index],
-                          self._bin_centers[self.colour_index], as_column(self.colour_index),
+                          self.judge.bin_center[self.colour_index], as_column(self.colour_index),
                           as_column(self.object_index)], dim=1)
 
     def _images(self, name: str, rerender: bool = False) -> dict[str, torch.Tensor]:
@@ -500,7 +498,7 @@ class PickSortCellEnv(DirectRLEnv):
         `target_bin` (the centre of the bin of its colour, axes of the world)."""
         ids = torch.tensor(self._ids(env_ids), device=self.device)
         pose, _ = self._episode_object()
-        obj, bins = pose[ids], self._bin_centers[self.colour_index[ids]]
+        obj, bins = pose[ids], self.judge.bin_center[self.colour_index[ids]]
         eye = torch.eye(3, device=self.device).expand(len(ids), 3, 3)
         return {OBJECT: make_pose(obj[:, :3], matrix_from_quat(obj[:, 3:7])),
                 TARGET_BIN: make_pose(bins, eye)}

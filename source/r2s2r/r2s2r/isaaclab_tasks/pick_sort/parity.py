@@ -75,25 +75,38 @@ def replay(env, world: str, seed: int, actions: list[np.ndarray]) -> dict:
     return {"diffs": {k: np.array(v) for k, v in diffs.items()}, **ends}
 
 
+def _first_ends(env, obs: dict, act, steps: int) -> list[tuple[int, str] | None]:
+    """Step `env` from observation groups `obs` with the actions `act(t, obs)` (num_envs, 27) for up to `steps`
+    control steps: each environment's first end, (step, outcome), or None if it did not end."""
+    ends: list[tuple[int, str] | None] = [None] * env.num_envs
+    for t in range(steps):
+        obs, _, terminated, truncated, extras = env.step(torch.tensor(act(t, obs), dtype=torch.float32))
+        for i in np.flatnonzero((terminated | truncated).numpy()):
+            if ends[i] is None:  # the environment has reset since: later ends are another episode's
+                ends[i] = (t, extras["outcome"][i])
+        if all(end is not None for end in ends):
+            break
+    return ends
+
+
+def _rows(first_seed: int, reference: list[tuple[list[np.ndarray], str | None]],
+          ends: list[tuple[int, str] | None]) -> list[dict]:
+    """Per seed: MuJoCo C's (last step, outcome), Isaac Lab's first end, and whether the outcomes agree."""
+    return [{"seed": first_seed + i, "mujoco_c": (len(actions) - 1, outcome), "isaaclab": end,
+             "agree": end is not None and end[1] == outcome}
+            for i, ((actions, outcome), end) in enumerate(zip(reference, ends))]
+
+
 def success_agreement(env, world: str, first_seed: int, hold_steps: int = 20) -> list[dict]:
     """The scripted episodes of seeds first_seed, first_seed + 1, ... (one per environment of `env`, built for
     `world`) played in both physics. After its recorded actions an environment holds the last one for up to
     `hold_steps` more steps (a drop into the bin may settle a little later). Per seed: each side's (step, outcome),
     Isaac Lab's None if it did not end."""
     episodes = [scripted_joint_actions(world, first_seed + i) for i in range(env.num_envs)]
-    env.reset(seed=first_seed)  # environment i plays the reference's reset(seed=first_seed + i)
-    ends: list[tuple[int, str] | None] = [None] * env.num_envs
-    for t in range(max(len(actions) for actions, _ in episodes) + hold_steps):
-        batch = np.stack([actions[min(t, len(actions) - 1)] for actions, _ in episodes])
-        _, _, terminated, truncated, extras = env.step(torch.tensor(batch, dtype=torch.float32))
-        for i in np.flatnonzero((terminated | truncated).numpy()):
-            if ends[i] is None:  # the environment has reset since: later ends are another episode's
-                ends[i] = (t, extras["outcome"][i])
-        if all(end is not None for end in ends):
-            break
-    return [{"seed": first_seed + i, "mujoco_c": (len(actions) - 1, outcome), "isaaclab": end,
-             "agree": end is not None and end[1] == outcome}
-            for i, ((actions, outcome), end) in enumerate(zip(episodes, ends))]
+    obs, _ = env.reset(seed=first_seed)  # environment i plays the reference's reset(seed=first_seed + i)
+    replay = lambda t, _: np.stack([actions[min(t, len(actions) - 1)] for actions, _ in episodes])  # noqa: E731
+    steps = max(len(actions) for actions, _ in episodes) + hold_steps
+    return _rows(first_seed, episodes, _first_ends(env, obs, replay, steps))
 
 
 def closed_loop_agreement(env, world: str, first_seed: int) -> list[dict]:
@@ -104,18 +117,8 @@ def closed_loop_agreement(env, world: str, first_seed: int) -> list[dict]:
     reference = [scripted_joint_actions(world, first_seed + i) for i in range(env.num_envs)]
     controllers = [ScriptedPickPlace(env.task.control_hz) for _ in range(env.num_envs)]
     obs, _ = env.reset(seed=first_seed)
-    ends: list[tuple[int, str] | None] = [None] * env.num_envs
-    for t in range(int(env.max_episode_length)):
-        actions = np.stack([c(env.observation_dict(obs, i)) for i, c in enumerate(controllers)])
-        obs, _, terminated, truncated, extras = env.step(torch.tensor(actions, dtype=torch.float32))
-        for i in np.flatnonzero((terminated | truncated).numpy()):
-            if ends[i] is None:  # the environment has reset since: later ends are another episode's
-                ends[i] = (t, extras["outcome"][i])
-        if all(end is not None for end in ends):
-            break
-    return [{"seed": first_seed + i, "mujoco_c": (len(actions) - 1, outcome), "isaaclab": end,
-             "agree": end is not None and end[1] == outcome}
-            for i, ((actions, outcome), end) in enumerate(zip(reference, ends))]
+    control = lambda _, obs: np.stack([c(env.observation_dict(obs, i)) for i, c in enumerate(controllers)])  # noqa: E731
+    return _rows(first_seed, reference, _first_ends(env, obs, control, int(env.max_episode_length)))
 
 
 def main() -> None:
