@@ -108,7 +108,7 @@ def rollout(agent, args: argparse.Namespace) -> tuple[list[dict], list[bool], di
             # Only what the agent sees (no privileged state); copied since the env may reuse its buffers.
             view = {"proprio": {k: np.array(v) for k, v in obs["proprio"].items()},
                     "images": {c: np.array(v) for c, v in obs["images"].items()}}
-            planned.append(not agent.queue)
+            planned.append(agent.chunks.wants_chunk)
             action = agent.act(view)
             seen.append(view)
             obs, _, terminated, truncated, info = env.step(action)

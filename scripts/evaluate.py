@@ -65,6 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="cap on control steps per trial (default: the task's episode length)")
     p.add_argument("--output", type=cli.output_dir, default="outputs/eval/run", help="results folder")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    cli.add_execution_args(p)
     args = p.parse_args(argv)
     if args.names is None:
         args.names = [Path(c).parent.name or Path(c).stem for c in args.checkpoint]
@@ -95,8 +96,9 @@ def main(argv=None) -> int:
     out = Path(args.output)
     summaries = {}
     try:
+        execution = cli.execution_of(args)
         for checkpoint in args.checkpoint:  # every checkpoint checked before any trial runs
-            load_agent(checkpoint)
+            load_agent(checkpoint, execution=execution)
         own = training_trials(args.seeds_from, args.trials) if args.seeds_from else None
         base_seed = BASE_SEED if args.base_seed is None else args.base_seed
         for task in [args.task, *args.sim_tasks]:
@@ -106,7 +108,8 @@ def main(argv=None) -> int:
             for name, checkpoint in zip(args.names, args.checkpoint):
                 print(f"{name} on {task}: {trials} trials", file=sys.stderr)
                 rows[name] = evaluate_checkpoint(checkpoint, task, trials, trials_path(out, task, name),
-                                                 args.max_steps, progress=not args.no_progress, trials=protocol)
+                                                 args.max_steps, progress=not args.no_progress, trials=protocol,
+                                                 execution=execution)
             summaries[task] = report_task(out, task, rows)
     except (ConfigError, DatasetError) as e:
         print(f"error: {e}", file=sys.stderr)

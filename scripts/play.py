@@ -77,10 +77,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--fps", type=cli.int_in(1, 240), default=20,
                    help="video frame rate (the control rate plays in real time)")
     p.add_argument("--physics", dest="refused_physics", default=None, help=argparse.SUPPRESS)
+    cli.add_execution_args(p)
     isaaclab = add_launcher_options(p, argv)
     args = p.parse_args(argv)
     if args.refused_physics is not None:
         p.error(f"--physics {args.refused_physics}: {PHYSICS_REFUSED}")
+    if args.checkpoint is None and cli.execution_of(args):
+        p.error("--execute / --ensemble: they set how a trained policy executes its chunks; give --checkpoint")
     args.isaaclab = isaaclab
     return args
 
@@ -123,7 +126,7 @@ def main(argv=None) -> int:
         if args.checkpoint is not None:
             from r2s2r.policy.agent import load_agent
 
-            agent = load_agent(args.checkpoint, seed=args.seed)
+            agent = load_agent(args.checkpoint, seed=args.seed, execution=cli.execution_of(args))
             view = agent.env_overrides
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

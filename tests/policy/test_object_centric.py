@@ -20,11 +20,13 @@ from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
-                                         NEAR_FIELD, OFFSET, POS, SETPOINT, SIZE, TRACKED_BIN, TRACKED_DIM, YAW,
-                                         BeltTracker, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
+                                         NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
+                                         TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top_of, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
+
+BELT_TOP = belt_top_of("grounded")  # the phase frame's belt, from the default keypoint_world
 
 
 def oc_overrides(run_dir, datasets, **extra) -> list[str]:
@@ -58,8 +60,17 @@ def assert_hand_shift_keeps_the_world(trainer: ObjectCentricTrainer) -> None:
     assert np.all(np.linalg.norm(ee1 - ee0, axis=1) > 1e-4)
     for cols in (OFFSET, BIN_OFFSET):
         np.testing.assert_allclose(x1[:, cols] + ee1, x0[:, cols] + ee0, atol=1e-4)
-    on_object = trainer.cfg.object_centric.action_frame == "object"
-    anchor0, anchor1 = ((x[:, OFFSET] + ee if on_object else ee) for x, ee in ((x0, ee0), (x1, ee1)))
+    frame = trainer.cfg.object_centric.action_frame
+
+    def anchor(x: np.ndarray, ee: np.ndarray) -> np.ndarray:
+        if frame == "object":
+            return x[:, OFFSET] + ee
+        if frame == "phase":  # the bin once the object is lifted off the belt
+            lifted = x[:, OFFSET.start + 2] + ee[:, 2] > BELT_TOP + x[:, TRACKED_HALF_HEIGHT] + RESTING_MARGIN
+            return np.where(lifted[:, None], x[:, BIN_OFFSET] + ee, ee)
+        return ee
+
+    anchor0, anchor1 = anchor(x0, ee0), anchor(x1, ee1)
     np.testing.assert_allclose(y1[..., :3] + anchor1[:, None], y0[..., :3] + anchor0[:, None], atol=1e-4)
     np.testing.assert_allclose(y1[..., 3:], y0[..., 3:], atol=1e-5)
     np.testing.assert_allclose(x1[:, NEAR], NEAR_FIELD * np.tanh(x1[:, OFFSET] / NEAR_FIELD), atol=1e-5)
@@ -289,6 +300,43 @@ def test_object_relative_targets_lead_back_to_the_demos_actions_and_deploy_aroun
         np.testing.assert_allclose(first[:3], planned[0, :3] + tracked, atol=1e-6)
         np.testing.assert_allclose(first[3:], planned[0, 3:], atol=1e-6)
         assert np.linalg.norm(tracked - ee) > 0.05  # at reset the object is far from the hand: the anchors differ
+    finally:
+        cell.close()
+    torch.set_num_threads(1)
+
+
+def test_phase_targets_are_hand_relative_on_the_belt_and_bin_relative_once_lifted(tmp_path, policy_datasets):
+    """action_frame=phase: a demo step's targets plus the hand's position (object on the belt) or its bin's
+    (object lifted) are the demo's absolute actions, both phases occur in a demo, a displaced hand moves only the
+    hand-anchored targets, and the deployed agent anchors on the bin exactly when the tracked object is lifted."""
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(policy_datasets["real"], 1.0)], steps=10, **{
+        "object_centric.action_frame": "phase", "object_centric.perception": "tracking", "policy.cameras": "[]"}))
+    trainer = ObjectCentricTrainer(cfg)
+    result = trainer.run(progress=False)
+    chunk = cfg.policy.chunk
+    for d, inputs, targets in zip(trainer.datasets, trainer.head_inputs, trainer.head_targets):
+        ee = inputs[:, HEAD_EE_POS]
+        object_z, bin_pos = d.labels[:, POS][:, 2], d.labels[:, BIN]
+        lifted = object_z > BELT_TOP + d.labels[:, SIZE][:, 2] + RESTING_MARGIN
+        assert 0.1 < lifted.mean() < 0.9  # approach and carry both in the demos
+        steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
+        anchor = np.where(lifted[:, None], bin_pos, ee)
+        np.testing.assert_allclose(targets[..., :3] + anchor[:, None], d.actions[steps][..., :3], atol=1e-5)
+    assert_hand_shift_keeps_the_world(trainer)
+
+    agent = load_agent(result.checkpoint)
+    assert agent.belt_top == pytest.approx(BELT_TOP)
+    cell = TwinCell(**agent.env_overrides)
+    try:
+        obs = cell.reset(seed=10002)
+        for lift in (0.0, 0.10):  # as observed (on the belt), then the same step with the object 10 cm up
+            tracking = dict(obs["tracking"], object_pos=np.asarray(obs["tracking"]["object_pos"]) + [0, 0, lift])
+            agent.reset()
+            first = agent.act(dict(obs, tracking=tracking))
+            proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
+            planned = agent.policy.act_chunk(head_input(agent.tracked, proprio[EE_POS], proprio)[None])[0]
+            anchor = agent.tracked[TRACKED_BIN] if lift else proprio[EE_POS]
+            np.testing.assert_allclose(first[:3], planned[0, :3] + anchor, atol=1e-6)
     finally:
         cell.close()
     torch.set_num_threads(1)
@@ -556,6 +604,28 @@ def test_the_tracking_diagnostic_trains_on_stored_object_states_and_reads_the_ce
         rows = run_trials(cell, agent, [Trial(0, "nominal", 10001)], tmp_path / "trials.jsonl", progress=False,
                           max_steps=5)
         assert rows[0]["failure"] == "max_steps"
+        # Deployed with temporal ensembling, the head plans from every step's observation and the second step
+        # executes the decay-weighted mean of both plans for it.
+        ensembled = load_agent(result.checkpoint, execution={"ensemble": 0.5})
+        ensembled.reset()
+        obs = cell.reset(seed=10001)
+        plans, actions = [], []
+        for _ in range(2):
+            actions.append(ensembled.act(obs))
+            proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
+            plan = ensembled.policy.act_chunk(head_input(ensembled.tracked, proprio[EE_POS], proprio)[None])[0]
+            plan[:, :3] += proprio[EE_POS]
+            plans.append(plan)
+            obs = cell.act(actions[-1]).obs
+        # (its quaternion renormalized: a mean of unit quaternions is not one, and the head's are not exactly)
+        np.testing.assert_allclose(actions[0][3:7], plans[0][0][3:7] / np.linalg.norm(plans[0][0][3:7]), atol=1e-6)
+        for a in (actions[0], plans[0][0]):
+            a[3:7] = 0.0
+        np.testing.assert_allclose(actions[0], plans[0][0], atol=1e-6)
+        expected = (np.exp(-0.5) * plans[0][1] + plans[1][0]) / (np.exp(-0.5) + 1.0)
+        np.testing.assert_allclose(actions[1][:3], expected[:3], atol=1e-6)
+        np.testing.assert_allclose(actions[1][7:], expected[7:], atol=1e-6)
+        assert not np.allclose(actions[1][:3], plans[1][0][:3], atol=1e-4)  # not the newest plan alone
     finally:
         cell.close()
     torch.set_num_threads(1)

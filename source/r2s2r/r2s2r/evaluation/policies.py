@@ -27,10 +27,10 @@ def trials_path(out_dir: str | os.PathLike, task: str, policy: str) -> Path:
 
 def evaluate_checkpoint(checkpoint: str | os.PathLike, task: str, num_trials: int, results: str | os.PathLike,
                         max_steps: int | None = None, progress: bool = True,
-                        trials: Sequence[Trial] | None = None) -> list[dict]:
+                        trials: Sequence[Trial] | None = None, execution: dict | None = None) -> list[dict]:
     """Run the protocol's `num_trials` trials of `checkpoint` in `task` (or the given `trials`); rows appended to
-    `results`."""
-    agent = load_agent(checkpoint)
+    `results`. `execution` overrides how the policy executes its chunks (`load_agent`)."""
+    agent = load_agent(checkpoint, execution=execution)
     # Rendered by the faster of GL and the Warp ray tracer on this machine where both draw the same images
     # (r2s2r.tasks.pick_sort.renderer_choice); which one is stated beside the trials.
     cell = make_cell(task, **agent.env_overrides, renderer="auto")

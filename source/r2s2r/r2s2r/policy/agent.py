@@ -1,7 +1,7 @@
 """A trained policy deployed on a cell: observations in, one 27-vector action per control step out.
 
-The agent predicts an action chunk, executes its first `policy.execute` actions, then predicts again from the
-observation at that time (receding horizon). It sees only `proprio` and `images`, never tracker data, and tells a
+The agent predicts action chunks and turns them into one action per step (`r2s2r.policy.chunks.ActionChunks`:
+receding horizon over `policy.execute` actions, or temporal ensembling with `policy.ensemble`). It sees only `proprio` and `images`, never tracker data, and tells a
 domain-aware policy that it is on the real side. Sampling noise comes from a generator seeded at `reset`, so a
 trial is reproducible.
 
@@ -11,13 +11,15 @@ spins against the renderer and physics running beside it, which slows every chun
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections import deque
 
 import numpy as np
 import torch
 
+from r2s2r.core import ConfigError
 from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, load_weights, train_cfg_of
+from r2s2r.policy.chunks import ActionChunks
 from r2s2r.policy.config import PolicyCfg
 from r2s2r.policy.model import FlowMatchingPolicy
 
@@ -26,15 +28,15 @@ class PolicyAgent:
     """Wraps a `FlowMatchingPolicy` for closed-loop control."""
 
     def __init__(self, policy: FlowMatchingPolicy, name: str = "policy", seed: int = 0, threads: int | None = 1,
-                 device: str = "cpu"):
+                 device: str = "cpu", cfg: PolicyCfg | None = None):
         if threads:
             torch.set_num_threads(threads)
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
-        self.cfg: PolicyCfg = policy.cfg
+        self.cfg: PolicyCfg = cfg or policy.cfg  # the policy's own, or with deploy-time execution settings
         self.name = name
         self.seed = seed
-        self.queue: deque[np.ndarray] = deque()
+        self.chunks = ActionChunks(self.cfg.execute, self.cfg.ensemble)
         self.generator = torch.Generator().manual_seed(seed)
 
     @property
@@ -43,7 +45,7 @@ class PolicyAgent:
         return {"cameras": tuple(self.cfg.cameras), "image_size": tuple(self.cfg.image_size)}
 
     def reset(self, seed: int | None = None) -> None:
-        self.queue.clear()
+        self.chunks.reset()
         self.generator.manual_seed(self.seed if seed is None else seed)
 
     def _inputs(self, obs: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -72,9 +74,9 @@ class PolicyAgent:
         return self.policy.sample(tokens, noise.to(self.device))[0].cpu().double().numpy()
 
     def act(self, obs: dict) -> np.ndarray:
-        if not self.queue:
-            self.queue.extend(self.predict_chunk(obs)[: self.cfg.execute])
-        return self.queue.popleft()
+        if self.chunks.wants_chunk:
+            self.chunks.add(self.predict_chunk(obs))
+        return self.chunks.next()
 
     def __call__(self, obs: dict) -> np.ndarray:
         return self.act(obs)
@@ -94,20 +96,38 @@ class PolicyController:
         return self.agent.act({"proprio": obs["proprio"], "images": obs["images"]})
 
 
-def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu"):
-    """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`.
+EXECUTION_FIELDS = ("execute", "ensemble")  # PolicyCfg fields that only say how chunks are executed
+
+
+def with_execution(cfg: PolicyCfg, execution: dict | None) -> PolicyCfg:
+    """`cfg` with deploy-time execution settings (any of EXECUTION_FIELDS) replaced and validated: how a trained
+    policy's chunks are executed is a choice at deployment, not part of what it learned."""
+    if not execution:
+        return cfg
+    unknown = sorted(set(execution) - set(EXECUTION_FIELDS))
+    if unknown:
+        raise ConfigError(f"execution settings {unknown}: unknown; expected any of {list(EXECUTION_FIELDS)}")
+    return dataclasses.replace(cfg, **execution).validate()
+
+
+def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", execution: dict | None = None):
+    """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`;
+    `execution` overrides the checkpoint's `policy.execute` / `policy.ensemble` (`with_execution`).
 
     A checkpoint that is not one (missing keys, a config that does not validate, weights that do not fit the config
     or are not finite) is a `CheckpointError` naming the file and what is wrong."""
     payload = load_checkpoint(path)
     if payload.get("kind") != "object_centric":
-        return PolicyAgent(build_policy(payload, path=path), name=str(path), seed=seed, device=device)
-    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, object_locator
+        policy = build_policy(payload, path=path)
+        return PolicyAgent(policy, name=str(path), seed=seed, device=device,
+                           cfg=with_execution(policy.cfg, execution))
+    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, belt_top_of, object_locator
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
     policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
                                  oc.hidden, oc.dropout)
     load_weights(policy, payload, "model", path)
-    return ObjectCentricAgent(policy, cfg.policy, object_locator(cfg), oc.control_hz, name=str(path),
-                              action_frame=oc.action_frame, perception=oc.perception)
+    return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz, name=str(path),
+                              action_frame=oc.action_frame, perception=oc.perception,
+                              belt_top=belt_top_of(oc.keypoint_world) if oc.action_frame == "phase" else None)

@@ -44,6 +44,9 @@ class PolicyCfg:
     action_dim: int = 27
     chunk: int = 16  # actions predicted per inference (action chunk)
     execute: int = 8  # of which this many are executed before predicting again (receding horizon)
+    # Temporal ensembling instead (r2s2r.policy.chunks.ActionChunks): a chunk every step, each step's action the mean
+    # of every chunk's plan for it, a chunk predicted a steps ago weighted exp(-ensemble * a). None: receding horizon.
+    ensemble: float | None = None
     dim: int = 128  # transformer width
     heads: int = 4
     obs_layers: int = 2  # transformer layers over the observation tokens
@@ -55,7 +58,7 @@ class PolicyCfg:
     domain_embedding: bool = False
 
     def validate(self) -> PolicyCfg:
-        """Ranges: action_dim 1..256, chunk 1..1024, execute 1..chunk, dim a multiple of 8 in 8..4096 (the image
+        """Ranges: action_dim 1..256, chunk 1..1024, execute 1..chunk, ensemble null or in [-5, 5], dim a multiple of 8 in 8..4096 (the image
         encoder's group norm), heads 1..64 dividing dim, obs_layers and action_layers 1..64, dropout in [0, 1),
         flow_steps 1..1000, image_size multiples of 16 in [16, 512]."""
         if self.kind not in POLICY_KINDS:
@@ -80,6 +83,8 @@ class PolicyCfg:
         check_number("policy.execute", self.execute, 1, 1024, integer=True)
         if self.execute > self.chunk:
             raise ConfigError(f"policy.execute = {self.execute}: expected 1 to policy.chunk ({self.chunk})")
+        if self.ensemble is not None:
+            check_number("policy.ensemble", self.ensemble, -5, 5)
         check_number("policy.dim", self.dim, 8, 4096, integer=True)
         if self.dim % 8:
             raise ConfigError(f"policy.dim = {self.dim}: expected a multiple of 8 (the image encoder's group norm)")
@@ -162,7 +167,7 @@ class CotrainCfg:
 
 
 # What the object-centric head's target positions may be relative to (`object_centric.action_anchor`).
-ACTION_FRAMES = ("hand", "object")
+ACTION_FRAMES = ("hand", "object", "phase")
 PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
 
 
@@ -192,8 +197,9 @@ class ObjectCentricCfg:
     # correct an approach that is off by about a centimetre; demos alone never leave the expert's path.
     hand_shift: tuple[float, float, float] = (0.015, 0.015, 0.005)
     hand_shift_fraction: float = 0.5
-    # What the head's target positions are relative to: `hand` (the hand's position when the chunk is planned) or
-    # `object` (the tracked object's then; see object_centric.action_anchor).
+    # What the head's target positions are relative to: `hand` (the hand's position when the chunk is planned),
+    # `object` (the tracked object's then) or `phase` (the hand's while the object is on the belt, its bin's once
+    # lifted; the belt's height from `keypoint_world`). See object_centric.action_anchor.
     action_frame: str = "hand"
     control_hz: float = 20.0  # the rate the tracker is stepped at (the task's control rate)
     # Demos of the first dataset kept out of training to measure the estimator's error (perception.json).
@@ -232,7 +238,7 @@ class ObjectCentricCfg:
         check_number(f"{where}.hand_shift", self.hand_shift, 0, 1, unit="m", n=3)
         check_number(f"{where}.hand_shift_fraction", self.hand_shift_fraction, 0, 1)
         require(self.action_frame in ACTION_FRAMES, f"{where}.action_frame", self.action_frame,
-                " or ".join(ACTION_FRAMES))
+                f"one of {', '.join(ACTION_FRAMES)}")
         check_number(f"{where}.control_hz", self.control_hz, 0, 1000, lo_open=True, unit="Hz")
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,

@@ -14,7 +14,8 @@ object state in `obs/datagen_info`):
   as the velocity prior): while the arm hides the object, the filter carries it along the belt.
 - `ActionHead` (an MLP with an L1 loss, the head that trains on a CPU at this data size) maps the tracked object
   state relative to the hand, the proprioception and the set-point to a chunk of actions whose positions are
-  relative to an anchor (`object_centric.action_frame`): the hand's position, or the tracked object's.
+  relative to an anchor (`object_centric.action_frame`): the hand's position, the tracked object's, or by phase
+  (the hand's on the belt, the bin's once the object is lifted).
 
 At deployment the policy observes exactly what the flow transformer does (its cameras and proprioception) plus the
 conveyor's speed set-point; it never sees tracker data.
@@ -33,6 +34,7 @@ from r2s2r.control.grasp import grasp_yaw
 from r2s2r.core import ConfigError
 from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
+from r2s2r.policy.chunks import ActionChunks
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
 POS, YAW, SIZE, BIN = slice(0, 3), slice(3, 5), slice(5, 8), slice(8, 11)
@@ -517,14 +519,46 @@ class ObjectCentricPolicy(nn.Module):
         return (self.head(x) * self.action_std + self.action_mean).numpy().astype(float)
 
 
-def action_anchor(frame: str, tracked: np.ndarray, ee_pos: np.ndarray) -> np.ndarray:
-    """(…, 3): the point a chunk's target positions are relative to. `hand`: the hand's position at the chunk's
-    start. `object`: the tracked object's position then, so a head that predicts the typical offset for the phase
-    of the grasp follows the object wherever the hand is; meant for the fast belt, where hand-relative commands
-    lead the hand by the demos' average offset while the hand already runs ahead of the object. `hand` is the
-    default (docs/results.md compares the two on the twin). `frame` is one of ACTION_FRAMES, as
-    `ObjectCentricCfg.validate` checks at the config."""
-    return ee_pos if frame == "hand" else tracked[..., :3]
+TRACKED_HALF_HEIGHT = 13  # the tracked state's column of the object's half extent along z
+
+
+def belt_top_of(world: str) -> float:
+    """The belt's top surface height (m) in a world file (a name or a .yaml path)."""
+    from r2s2r.cell.world import load_world
+
+    return float(load_world(world).cell.belt.center[2])
+
+
+def carried(tracked: np.ndarray, belt_top: float) -> np.ndarray:
+    """(…,) whether the tracked object is lifted off the belt: its centre more than RESTING_MARGIN above where it
+    rests (the belt's top plus its half height)."""
+    return tracked[..., 2] > belt_top + tracked[..., TRACKED_HALF_HEIGHT] + RESTING_MARGIN
+
+
+def action_anchor(frame: str, tracked: np.ndarray, ee_pos: np.ndarray,
+                  belt_top: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(…, 3): the point a chunk's target positions are relative to, and (…,) whether that point is the hand (a
+    displaced hand then displaces the targets with it, `hand_shift`). `frame` is one of ACTION_FRAMES, as
+    `ObjectCentricCfg.validate` checks at the config:
+
+    - `hand`: the hand's position at the chunk's start (the default).
+    - `object`: the tracked object's position then, so a head that predicts the typical offset for the phase of the
+      grasp follows the object wherever the hand is. Once the object is in the hand its tracked position moves with
+      every command, and the targets with it.
+    - `phase`: the task's phases. The hand's position while the object is on the belt (approach and grasp); once it
+      is lifted (`carried`, which needs `belt_top`), the tracked bin of its colour, so the carry and the release
+      are learned where they end, whichever bin that is.
+
+    docs/results.md compares them on the twin."""
+    hand = np.ones(np.shape(ee_pos)[:-1], bool)
+    if frame == "hand":
+        return ee_pos, hand
+    if frame == "object":
+        return tracked[..., :3], ~hand
+    if belt_top is None:
+        raise ValueError("action_anchor: the phase frame needs the belt's top height (belt_top)")
+    lifted = carried(tracked, belt_top)
+    return np.where(lifted[..., None], tracked[..., TRACKED_BIN], ee_pos), ~lifted
 
 
 def relative_actions(actions: np.ndarray, anchor: np.ndarray) -> np.ndarray:
@@ -535,13 +569,13 @@ def relative_actions(actions: np.ndarray, anchor: np.ndarray) -> np.ndarray:
 
 
 class ObjectCentricAgent:
-    """Deploys an `ObjectCentricPolicy`: every control step the estimator looks and the tracker fuses; every
-    `policy.execute` steps the head plans a new chunk from the tracked state, its positions relative to
-    `action_frame`'s anchor."""
+    """Deploys an `ObjectCentricPolicy`: every control step the estimator looks and the tracker fuses; the head plans
+    a chunk from the tracked state, its positions relative to `action_frame`'s anchor, whenever the chunk executor
+    wants one (every `policy.execute` steps, or every step with `policy.ensemble`)."""
 
     def __init__(self, policy: ObjectCentricPolicy, cfg, locator: ObjectLocator, control_hz: float,
                  name: str = "policy", threads: int | None = 1, action_frame: str = "hand",
-                 perception: str = "camera"):
+                 perception: str = "camera", belt_top: float | None = None):
         if threads:
             torch.set_num_threads(threads)
         self.policy = policy.eval()
@@ -549,11 +583,12 @@ class ObjectCentricAgent:
         self.locator = locator
         self.name = name
         self.action_frame = action_frame
+        self.belt_top = belt_top  # where the `phase` frame tells an object on the belt from one in the hand
         # With `perception=tracking` the agent reads the cell's `tracking` group (a diagnostic; see ObjectCentricCfg).
         self.uses_tracking = perception == "tracking"
         self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else BeltTracker(1.0 / control_hz)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
-        self.queue: list[np.ndarray] = []
+        self.chunks = ActionChunks(cfg.execute, cfg.ensemble)
 
     @property
     def env_overrides(self) -> dict:
@@ -562,7 +597,7 @@ class ObjectCentricAgent:
     def reset(self, seed: int | None = None) -> None:  # deterministic: the seed has nothing to draw
         self.tracker.reset()
         self.tracked = None
-        self.queue.clear()
+        self.chunks.reset()
 
     def act(self, obs: dict) -> np.ndarray:
         missing = [k for k in HEAD_PROPRIO if k not in obs["proprio"]]
@@ -585,12 +620,12 @@ class ObjectCentricAgent:
                                      proprio[None, EE_POSE])
             tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]))
         self.tracked = tracked
-        if not self.queue:
+        if self.chunks.wants_chunk:
             ee = proprio[EE_POS]
             chunk = self.policy.act_chunk(head_input(tracked, ee, proprio)[None])[0]
-            chunk[:, :3] += action_anchor(self.action_frame, tracked, ee)
-            self.queue.extend(chunk[: self.cfg.execute])
-        return self.queue.pop(0)
+            chunk[:, :3] += action_anchor(self.action_frame, tracked, ee, self.belt_top)[0]
+            self.chunks.add(chunk)
+        return self.chunks.next()
 
     def __call__(self, obs: dict) -> np.ndarray:
         return self.act(obs)

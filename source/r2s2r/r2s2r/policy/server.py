@@ -12,7 +12,7 @@ A cell's controller connects with `openpi_client.websocket_client_policy.Websock
   agent's action for this observation. Not the agent's whole queue: the object-centric agent updates its object
   tracker from every control step's observation, so it has to see each one; a client that executed a queue open-loop
   would act on a tracker that had not seen those steps, and its actions would differ from the agent run in-process.
-- Reset: an observation carrying `"reset": True` resets the agent (its action queue and tracker; an optional
+- Reset: an observation carrying `"reset": True` resets the agent (its action chunks and tracker; an optional
   `"seed"` integer reseeds a sampling policy's noise, else the agent's own seed) before it acts on that observation.
   Send it with each episode's first observation: `WebsocketClientPolicy.reset()` sends nothing (openpi-client 0.1.2),
   so the request rides on the observation. Every connection gets its own copy of the agent, reset, so clients never

@@ -34,7 +34,7 @@ from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, wei
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_BIN, TRACKED_DIM, BeltTracker, ExactTracker,
-                                         ObjectCentricPolicy,
+                                         ObjectCentricPolicy, belt_top_of,
                                          ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
                                          keypoint_loss, near_field, object_locator, relative_actions, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
@@ -42,7 +42,7 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 # Fields only the head's training reads: a run folder whose estimator.pt was trained under other values of these (a
 # head retrained with other settings, or an estimator copied from another run folder) reuses that estimator.
-HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute",
+HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute", "policy.ensemble",
                     "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
                     "object_centric.action_frame", "object_centric.estimator_from", "object_centric.height_from_size")
@@ -297,14 +297,16 @@ class ObjectCentricTrainer:
         """The head's training data: the tracker run over every demo (as deployed), action chunks relative to the
         anchor (`object_centric.action_frame`, the tracker's object position as deployed or the hand's), and their
         normalization statistics."""
-        chunk = self.cfg.policy.chunk
-        self.head_inputs, self.head_targets = [], []
+        chunk, oc = self.cfg.policy.chunk, self.cfg.object_centric
+        belt_top = belt_top_of(oc.keypoint_world) if oc.action_frame == "phase" else None
+        self.head_inputs, self.head_targets, self.hand_anchored = [], [], []
         for d in self.datasets:
             ee, tracked = d.proprio[:, EE_POS], self.tracked(d)
             self.head_inputs.append(head_input(tracked, ee, d.proprio))
             steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
-            anchor = action_anchor(self.cfg.object_centric.action_frame, tracked, ee)
+            anchor, on_hand = action_anchor(oc.action_frame, tracked, ee, belt_top)
             self.head_targets.append(relative_actions(d.actions[steps], anchor).astype(np.float32))
+            self.hand_anchored.append(on_hand)
         weights = [d.weight for d in self.datasets]
         self.model.set_stats("input", *weighted_moments(self.head_inputs, weights))
         self.model.set_stats("action", *weighted_moments([t.reshape(-1, t.shape[-1]) for t in self.head_targets],
@@ -314,14 +316,16 @@ class ObjectCentricTrainer:
         """Normalized head inputs (tracked position noised) and normalized action chunks."""
         oc = self.cfg.object_centric
         which = self.rng.choice(len(self.head_inputs), size=oc.head_batch, p=self.p)
-        x_parts, y_parts = [], []
-        for k, (inputs, targets) in enumerate(zip(self.head_inputs, self.head_targets)):
+        x_parts, y_parts, hand_parts = [], [], []
+        for k, (inputs, targets, on_hand) in enumerate(zip(self.head_inputs, self.head_targets, self.hand_anchored)):
             t = self.rng.integers(0, len(inputs), size=int((which == k).sum()))
             x_parts.append(inputs[t])
             y_parts.append(targets[t])
+            hand_parts.append(on_hand[t])
         x, y = torch.from_numpy(np.concatenate(x_parts)), torch.from_numpy(np.concatenate(y_parts))
         # The hand displaced by `shift` with the object, its bin and the chunk's absolute targets where they were:
-        # every hand-relative position moves by +shift, the hand's own by -shift; object-relative targets stay.
+        # every hand-relative position moves by +shift, the hand's own by -shift; targets relative to the object or
+        # the bin stay.
         # (arm_q is left as recorded: a centimetre is a few hundredths of a radian, and the head reads the hand's
         # position from ee_pose.)
         shift = torch.randn((len(x), 3), generator=self.generator) * torch.tensor(oc.hand_shift)
@@ -329,8 +333,7 @@ class ObjectCentricTrainer:
         x[:, OFFSET] += shift
         x[:, BIN_OFFSET] += shift
         x[:, HEAD_EE_POS] -= shift
-        if oc.action_frame == "hand":
-            y[..., :3] += shift[:, None, :]
+        y[..., :3] += shift[:, None, :] * torch.from_numpy(np.concatenate(hand_parts))[:, None, None]
         x[:, OFFSET] += oc.state_noise * torch.randn((len(x), 3), generator=self.generator)
         x[:, NEAR] = near_field(x[:, OFFSET])
         m = self.model
