@@ -163,7 +163,7 @@ def _config_cases() -> list[ConfigCase]:
     for value, element, shown in (("[0.01,nan,0.01]", 1, "nan"), ("[0.01,0.01,2.0]", 2, "2.0")):
         cases.append(ConfigCase(f"object_centric.hand_shift={value}", (f"object_centric.hand_shift={value}",),
                                 (f"object_centric.hand_shift[{element}] = {shown}", "expected a finite number in [0, 1]")))
-    add("object_centric.action_frame", "wrist", "'wrist'", "expected one of hand, object, phase")
+    add("object_centric.action_frame", "wrist", "'wrist'", "expected one of hand, object, hand_bin, object_bin")
     cases.append(ConfigCase("policy.heads=3 (does not divide dim)", ("policy.heads=3",),
                             ("policy.dim = 16", "expected a multiple of policy.heads (3)")))
     cases.append(ConfigCase("policy.execute > chunk", ("policy.chunk=4", "policy.execute=5"),

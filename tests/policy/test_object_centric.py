@@ -63,12 +63,11 @@ def assert_hand_shift_keeps_the_world(trainer: ObjectCentricTrainer) -> None:
     frame = trainer.cfg.object_centric.action_frame
 
     def anchor(x: np.ndarray, ee: np.ndarray) -> np.ndarray:
-        if frame == "object":
-            return x[:, OFFSET] + ee
-        if frame == "phase":  # the bin once the object is lifted off the belt
+        on_belt = x[:, OFFSET] + ee if frame.startswith("object") else ee
+        if frame.endswith("_bin"):  # the bin once the object is lifted off the belt
             lifted = x[:, OFFSET.start + 2] + ee[:, 2] > BELT_TOP + x[:, TRACKED_HALF_HEIGHT] + RESTING_MARGIN
-            return np.where(lifted[:, None], x[:, BIN_OFFSET] + ee, ee)
-        return ee
+            return np.where(lifted[:, None], x[:, BIN_OFFSET] + ee, on_belt)
+        return on_belt
 
     anchor0, anchor1 = anchor(x0, ee0), anchor(x1, ee1)
     np.testing.assert_allclose(y1[..., :3] + anchor1[:, None], y0[..., :3] + anchor0[:, None], atol=1e-4)
@@ -305,12 +304,15 @@ def test_object_relative_targets_lead_back_to_the_demos_actions_and_deploy_aroun
     torch.set_num_threads(1)
 
 
-def test_phase_targets_are_hand_relative_on_the_belt_and_bin_relative_once_lifted(tmp_path, policy_datasets):
-    """action_frame=phase: a demo step's targets plus the hand's position (object on the belt) or its bin's
-    (object lifted) are the demo's absolute actions, both phases occur in a demo, a displaced hand moves only the
-    hand-anchored targets, and the deployed agent anchors on the bin exactly when the tracked object is lifted."""
+@pytest.mark.parametrize("frame", ["hand_bin", "object_bin"])
+def test_phased_targets_follow_the_hand_or_object_on_the_belt_and_the_bin_once_lifted(tmp_path, policy_datasets,
+                                                                                        frame):
+    """action_frame=hand_bin / object_bin: a demo step's targets plus the hand's (or the object's) position while
+    the object is on the belt, or its bin's once lifted, are the demo's absolute actions; both phases occur in a
+    demo; a displaced hand moves only the hand-anchored targets; and the deployed agent anchors on the bin exactly
+    when the tracked object is lifted."""
     cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(policy_datasets["real"], 1.0)], steps=10, **{
-        "object_centric.action_frame": "phase", "object_centric.perception": "tracking", "policy.cameras": "[]"}))
+        "object_centric.action_frame": frame, "object_centric.perception": "tracking", "policy.cameras": "[]"}))
     trainer = ObjectCentricTrainer(cfg)
     result = trainer.run(progress=False)
     chunk = cfg.policy.chunk
@@ -320,7 +322,7 @@ def test_phase_targets_are_hand_relative_on_the_belt_and_bin_relative_once_lifte
         lifted = object_z > BELT_TOP + d.labels[:, SIZE][:, 2] + RESTING_MARGIN
         assert 0.1 < lifted.mean() < 0.9  # approach and carry both in the demos
         steps = np.minimum(np.arange(len(d))[:, None] + np.arange(chunk), d.demo_end[:, None])
-        anchor = np.where(lifted[:, None], bin_pos, ee)
+        anchor = np.where(lifted[:, None], bin_pos, ee if frame == "hand_bin" else d.labels[:, POS])
         np.testing.assert_allclose(targets[..., :3] + anchor[:, None], d.actions[steps][..., :3], atol=1e-5)
     assert_hand_shift_keeps_the_world(trainer)
 
@@ -335,7 +337,8 @@ def test_phase_targets_are_hand_relative_on_the_belt_and_bin_relative_once_lifte
             first = agent.act(dict(obs, tracking=tracking))
             proprio = np.concatenate([np.asarray(obs["proprio"][k], dtype=float).ravel() for k in HEAD_PROPRIO])
             planned = agent.policy.act_chunk(head_input(agent.tracked, proprio[EE_POS], proprio)[None])[0]
-            anchor = agent.tracked[TRACKED_BIN] if lift else proprio[EE_POS]
+            on_belt = proprio[EE_POS] if frame == "hand_bin" else agent.tracked[:3]
+            anchor = agent.tracked[TRACKED_BIN] if lift else on_belt
             np.testing.assert_allclose(first[:3], planned[0, :3] + anchor, atol=1e-6)
     finally:
         cell.close()

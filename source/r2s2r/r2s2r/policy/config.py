@@ -167,7 +167,8 @@ class CotrainCfg:
 
 
 # What the object-centric head's target positions may be relative to (`object_centric.action_anchor`).
-ACTION_FRAMES = ("hand", "object", "phase")
+ACTION_FRAMES = ("hand", "object", "hand_bin", "object_bin")
+PHASED_FRAMES = ACTION_FRAMES[2:]  # anchored on the bin once the object is lifted (they need the belt's height)
 PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
 
 
@@ -198,8 +199,9 @@ class ObjectCentricCfg:
     hand_shift: tuple[float, float, float] = (0.015, 0.015, 0.005)
     hand_shift_fraction: float = 0.5
     # What the head's target positions are relative to: `hand` (the hand's position when the chunk is planned),
-    # `object` (the tracked object's then) or `phase` (the hand's while the object is on the belt, its bin's once
-    # lifted; the belt's height from `keypoint_world`). See object_centric.action_anchor.
+    # `object` (the tracked object's then), `hand_bin` or `object_bin` (the hand's or the object's while the object
+    # is on the belt, its bin's once lifted; the belt's height from `keypoint_world`). See
+    # object_centric.action_anchor.
     action_frame: str = "hand"
     control_hz: float = 20.0  # the rate the tracker is stepped at (the task's control rate)
     # Demos of the first dataset kept out of training to measure the estimator's error (perception.json).

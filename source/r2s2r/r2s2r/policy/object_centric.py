@@ -15,7 +15,7 @@ object state in `obs/datagen_info`):
 - `ActionHead` (an MLP with an L1 loss, the head that trains on a CPU at this data size) maps the tracked object
   state relative to the hand, the proprioception and the set-point to a chunk of actions whose positions are
   relative to an anchor (`object_centric.action_frame`): the hand's position, the tracked object's, or by phase
-  (the hand's on the belt, the bin's once the object is lifted).
+  (either of those on the belt, the bin's once the object is lifted).
 
 At deployment the policy observes exactly what the flow transformer does (its cameras and proprioception) plus the
 conveyor's speed set-point; it never sees tracker data.
@@ -545,20 +545,21 @@ def action_anchor(frame: str, tracked: np.ndarray, ee_pos: np.ndarray,
     - `object`: the tracked object's position then, so a head that predicts the typical offset for the phase of the
       grasp follows the object wherever the hand is. Once the object is in the hand its tracked position moves with
       every command, and the targets with it.
-    - `phase`: the task's phases. The hand's position while the object is on the belt (approach and grasp); once it
-      is lifted (`carried`, which needs `belt_top`), the tracked bin of its colour, so the carry and the release
-      are learned where they end, whichever bin that is.
+    - `hand_bin` and `object_bin`: by the task's phase. The hand's (or the tracked object's) position while the
+      object is on the belt, for the approach and the grasp; once it is lifted (`carried`, which needs `belt_top`),
+      the tracked bin of its colour, so the carry and the release are learned where they end, whichever bin that
+      is, and a held object no longer moves the targets.
 
     docs/results.md compares them on the twin."""
-    hand = np.ones(np.shape(ee_pos)[:-1], bool)
-    if frame == "hand":
-        return ee_pos, hand
-    if frame == "object":
-        return tracked[..., :3], ~hand
+    on_belt = frame.removesuffix("_bin")
+    anchor, hand = (ee_pos, np.ones(np.shape(ee_pos)[:-1], bool)) if on_belt == "hand" else \
+        (tracked[..., :3], np.zeros(np.shape(ee_pos)[:-1], bool))
+    if on_belt == frame:
+        return anchor, hand
     if belt_top is None:
-        raise ValueError("action_anchor: the phase frame needs the belt's top height (belt_top)")
+        raise ValueError(f"action_anchor: the {frame!r} frame needs the belt's top height (belt_top)")
     lifted = carried(tracked, belt_top)
-    return np.where(lifted[..., None], tracked[..., TRACKED_BIN], ee_pos), ~lifted
+    return np.where(lifted[..., None], tracked[..., TRACKED_BIN], anchor), hand & ~lifted
 
 
 def relative_actions(actions: np.ndarray, anchor: np.ndarray) -> np.ndarray:
@@ -583,7 +584,7 @@ class ObjectCentricAgent:
         self.locator = locator
         self.name = name
         self.action_frame = action_frame
-        self.belt_top = belt_top  # where the `phase` frame tells an object on the belt from one in the hand
+        self.belt_top = belt_top  # where a `*_bin` frame tells an object on the belt from one in the hand
         # With `perception=tracking` the agent reads the cell's `tracking` group (a diagnostic; see ObjectCentricCfg).
         self.uses_tracking = perception == "tracking"
         self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else BeltTracker(1.0 / control_hz)

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dict, config_differences, load_checkpoint,
                                      refuse_other_run, save_checkpoint)
-from r2s2r.policy.config import TrainCfg
+from r2s2r.policy.config import PHASED_FRAMES, TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
@@ -298,7 +298,7 @@ class ObjectCentricTrainer:
         anchor (`object_centric.action_frame`, the tracker's object position as deployed or the hand's), and their
         normalization statistics."""
         chunk, oc = self.cfg.policy.chunk, self.cfg.object_centric
-        belt_top = belt_top_of(oc.keypoint_world) if oc.action_frame == "phase" else None
+        belt_top = belt_top_of(oc.keypoint_world) if oc.action_frame in PHASED_FRAMES else None
         self.head_inputs, self.head_targets, self.hand_anchored = [], [], []
         for d in self.datasets:
             ee, tracked = d.proprio[:, EE_POS], self.tracked(d)
