@@ -1,9 +1,9 @@
 """A trained policy deployed on a cell: observations in, one 27-vector action per control step out.
 
 The agent predicts action chunks and turns them into one action per step (`r2s2r.policy.chunks.ActionChunks`:
-receding horizon over `policy.execute` actions, or temporal ensembling with `policy.ensemble`). It sees only `proprio` and `images`, never tracker data, and tells a
-domain-aware policy that it is on the real side. Sampling noise comes from a generator seeded at `reset`, so a
-trial is reproducible.
+receding horizon over `policy.execute` actions, or temporal ensembling with `policy.ensemble`). It sees only
+`proprio` and `images`, never tracker data, and tells a domain-aware policy that it is on the real side. Sampling
+noise comes from a generator seeded at `reset`, so a trial is reproducible.
 
 Inference runs on one torch thread by default: a model this size needs no more, while torch's default (all cores)
 spins against the renderer and physics running beside it, which slows every chunk down on a busy machine.
@@ -128,6 +128,6 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
     policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
                                  oc.hidden, oc.dropout)
     load_weights(policy, payload, "model", path)
-    return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz, name=str(path),
-                              action_frame=oc.action_frame, perception=oc.perception,
+    return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
+                              name=str(path), action_frame=oc.action_frame, perception=oc.perception,
                               belt_top=belt_top_of(oc.keypoint_world) if oc.action_frame in PHASED_FRAMES else None)
