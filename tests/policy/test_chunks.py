@@ -90,3 +90,22 @@ def test_execution_settings_are_validated_and_only_they_can_be_overridden():
         with_execution(cfg, {"execute": cfg.chunk + 1})
     with pytest.raises(ConfigError, match=r"\['chunk'\]: unknown"):
         with_execution(cfg, {"chunk": 4})
+
+
+def test_the_command_line_sets_or_turns_off_ensembling_and_refuses_bad_values(capsys):
+    import argparse
+
+    from r2s2r import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_execution_args(parser)
+    assert cli.execution_of(parser.parse_args([])) == {}
+    assert cli.execution_of(parser.parse_args(["--ensemble", "0.3", "--execute", "2"])) == \
+        {"execute": 2, "ensemble": 0.3}
+    off = cli.execution_of(parser.parse_args(["--ensemble", "off"]))
+    assert off == {"ensemble": None}
+    assert with_execution(PolicyCfg(ensemble=0.0), off).ensemble is None  # back to receding horizon
+    for bad in ("nan", "9", "fast"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--ensemble", bad])
+        assert f"invalid value '{bad}'" in capsys.readouterr().err

@@ -79,19 +79,26 @@ output_file = _checked_path(check_output_file, "A file path that can be written 
 output_dir = _checked_path(check_output_dir, "A folder path that exists and is writable, or can be made.")
 
 
+def ensemble_decay(text: str) -> float | str:
+    """--ensemble's value: a decay in [-5, 5], or "off" (receding horizon, whatever the checkpoint says)."""
+    return "off" if text == "off" else float_in(-5.0, 5.0)(text)
+
+
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
     """--execute and --ensemble: how a deployed policy executes its action chunks, instead of the checkpoint's
     `policy.execute` / `policy.ensemble` (`execution_of` turns them into `load_agent`'s `execution`)."""
     parser.add_argument("--execute", type=positive_int, default=None,
                         help="receding horizon: execute this many actions of each chunk, then predict again "
                              "(default: the checkpoint's policy.execute)")
-    parser.add_argument("--ensemble", type=float_in(-5.0, 5.0), default=None, metavar="DECAY",
+    parser.add_argument("--ensemble", type=ensemble_decay, default=None, metavar="DECAY",
                         help="temporal ensembling: predict a chunk every step and execute the mean of every chunk's "
-                             "action for that step, a chunk predicted a steps ago weighted exp(-DECAY a) "
-                             "(default: the checkpoint's policy.ensemble)")
+                             "action for that step, a chunk predicted a steps ago weighted exp(-DECAY a); 'off' for "
+                             "receding horizon (default: the checkpoint's policy.ensemble)")
 
 
 def execution_of(args: argparse.Namespace) -> dict:
     """The execution settings given on the command line (`add_execution_args`), for `load_agent`."""
-    given = {"execute": args.execute, "ensemble": args.ensemble}
-    return {k: v for k, v in given.items() if v is not None}
+    given = {} if args.execute is None else {"execute": args.execute}
+    if args.ensemble is not None:
+        given["ensemble"] = None if args.ensemble == "off" else args.ensemble
+    return given
