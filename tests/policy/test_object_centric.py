@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from r2s2r.control.grasp import grasp_yaw
+from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
 from r2s2r.data import DatasetError
 from r2s2r.data.datagen_info import pose_matrices, translations
@@ -21,12 +22,12 @@ from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
-                                         TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top_of, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
+                                         TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
 
-BELT_TOP = belt_top_of("grounded")  # the phase frame's belt, from the default keypoint_world
+BELT_TOP = belt_top(load_world("grounded").cell)  # the phased frames' belt, from the default keypoint_world
 
 
 def oc_overrides(run_dir, datasets, **extra) -> list[str]:

@@ -20,7 +20,7 @@ import torch
 from r2s2r.core import ConfigError
 from r2s2r.policy.checkpoint import CheckpointError, build_policy, load_checkpoint, load_weights, train_cfg_of
 from r2s2r.policy.chunks import ActionChunks
-from r2s2r.policy.config import PHASED_FRAMES, PolicyCfg
+from r2s2r.policy.config import PolicyCfg
 from r2s2r.policy.model import FlowMatchingPolicy
 
 
@@ -121,7 +121,7 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
         policy = build_policy(payload, path=path)
         return PolicyAgent(policy, name=str(path), seed=seed, device=device,
                            cfg=with_execution(policy.cfg, execution))
-    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, belt_top_of, object_locator
+    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, object_locator, phased_belt_top
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
@@ -130,4 +130,4 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
                               name=str(path), action_frame=oc.action_frame, perception=oc.perception,
-                              belt_top=belt_top_of(oc.keypoint_world) if oc.action_frame in PHASED_FRAMES else None)
+                              belt_top=phased_belt_top(oc))

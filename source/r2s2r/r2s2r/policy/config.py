@@ -58,8 +58,8 @@ class PolicyCfg:
     domain_embedding: bool = False
 
     def validate(self) -> PolicyCfg:
-        """Ranges: action_dim 1..256, chunk 1..1024, execute 1..chunk, ensemble null or in [-5, 5], dim a multiple of 8 in 8..4096 (the image
-        encoder's group norm), heads 1..64 dividing dim, obs_layers and action_layers 1..64, dropout in [0, 1),
+        """Ranges: action_dim 1..256, chunk 1..1024, execute 1..chunk, ensemble null or in [-5, 5], dim a multiple
+        of 8 in 8..4096 (the image encoder's group norm), heads 1..64 dividing dim, obs_layers and action_layers 1..64, dropout in [0, 1),
         flow_steps 1..1000, image_size multiples of 16 in [16, 512]."""
         if self.kind not in POLICY_KINDS:
             raise ConfigError(f"policy.kind = {self.kind!r}: expected one of {', '.join(POLICY_KINDS)}")

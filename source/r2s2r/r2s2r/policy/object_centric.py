@@ -35,6 +35,7 @@ from r2s2r.core import ConfigError
 from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
 from r2s2r.policy.chunks import ActionChunks
+from r2s2r.policy.config import PHASED_FRAMES
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
 POS, YAW, SIZE, BIN = slice(0, 3), slice(3, 5), slice(5, 8), slice(8, 11)
@@ -286,7 +287,7 @@ class CameraGeometry:
             site_pos, site_rot = data.site_xpos[site], data.site_xmat[site].reshape(3, 3)
             position, rot = site_rot.T @ (position - site_pos), site_rot.T @ rot
         self.position, self.rot = position, rot
-        self.belt_top = float(cell.belt.center[2])
+        self.belt_top = belt_top(cell)
         self.camera = camera
         self.lens = CameraModel(cam_cfg.lens, width, height)
 
@@ -522,11 +523,17 @@ class ObjectCentricPolicy(nn.Module):
 TRACKED_HALF_HEIGHT = 13  # the tracked state's column of the object's half extent along z
 
 
-def belt_top_of(world: str) -> float:
-    """The belt's top surface height (m) in a world file (a name or a .yaml path)."""
+def belt_top(cell) -> float:
+    """The belt's top surface height (m) of a cell description (`r2s2r.cell.spec`)."""
+    return float(cell.belt.center[2])
+
+
+def phased_belt_top(oc) -> float | None:
+    """The belt height a phased action frame (PHASED_FRAMES) tells a lifted object by, from the calibrated world of
+    `oc` (ObjectCentricCfg.keypoint_world); None for the frames that need none."""
     from r2s2r.cell.world import load_world
 
-    return float(load_world(world).cell.belt.center[2])
+    return belt_top(load_world(oc.keypoint_world).cell) if oc.action_frame in PHASED_FRAMES else None
 
 
 def carried(tracked: np.ndarray, belt_top: float) -> np.ndarray:

@@ -29,14 +29,15 @@ from tqdm import tqdm
 from r2s2r.files import write_text_atomic
 from r2s2r.policy.checkpoint import (RUN_LENGTH_FIELDS, CheckpointError, cfg_dict, config_differences, load_checkpoint,
                                      refuse_other_run, save_checkpoint)
-from r2s2r.policy.config import PHASED_FRAMES, TrainCfg
+from r2s2r.policy.config import TrainCfg
 from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, weighted_moments
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_BIN, TRACKED_DIM, BeltTracker, ExactTracker,
-                                         ObjectCentricPolicy, belt_top_of,
+                                         ObjectCentricPolicy,
                                          ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
-                                         keypoint_loss, near_field, object_locator, relative_actions, to_unit)
+                                         keypoint_loss, near_field, object_locator, phased_belt_top, relative_actions,
+                                         to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 
@@ -295,10 +296,10 @@ class ObjectCentricTrainer:
 
     def prepare_head(self) -> None:
         """The head's training data: the tracker run over every demo (as deployed), action chunks relative to the
-        anchor (`object_centric.action_frame`, the tracker's object position as deployed or the hand's), and their
-        normalization statistics."""
+        anchor (`object_centric.action_frame`, as `action_anchor` places it at deployment), which samples' anchor is
+        the hand (`hand_shift` moves their targets), and the normalization statistics."""
         chunk, oc = self.cfg.policy.chunk, self.cfg.object_centric
-        belt_top = belt_top_of(oc.keypoint_world) if oc.action_frame in PHASED_FRAMES else None
+        belt_top = phased_belt_top(oc)
         self.head_inputs, self.head_targets, self.hand_anchored = [], [], []
         for d in self.datasets:
             ee, tracked = d.proprio[:, EE_POS], self.tracked(d)
