@@ -47,15 +47,12 @@ def compare(arms: list[tuple[str, list[Path]]]) -> dict:
     """The report of `arms` [(name, trials.jsonl files)]: per arm its summary (`evaluation.protocol.summarize`) and
     the seeds it ran; per later arm its difference from the first (rate, Newcombe interval) and whether the two
     ran the same trials."""
-    from r2s2r.evaluation.protocol import read_rows, summarize
+    from r2s2r.evaluation.protocol import pooled_rows, summarize
     from r2s2r.evaluation.stats import difference_interval
 
     report: dict = {"arms": {}}
     for name, files in arms:
-        rows = []
-        for f in files:
-            # A trial index repeats across blocks' files; the pool counts rows, so indices are left out.
-            rows += [{k: v for k, v in row.items() if k != "index"} for row in read_rows(f)[0]]
+        rows = pooled_rows(files)
         if not rows:
             raise ConfigError(f"--arm {name}: no finished trial in {[str(f) for f in files]}")
         try:

@@ -5,12 +5,14 @@ Examples:
   python scripts/experiment.py --scale smoke                # checks the pipeline makes the full table
   python scripts/experiment.py --scale study --jobs 2       # the object-centric policy: 100 real + 200 sim
   python scripts/experiment.py --scale medium --jobs 2      # flow transformer, 100 real + 100 sim, 50 trials
-  python scripts/experiment.py --scale paper --run-dir /data/r2s2r/paper   # the study's scale, over several runs
+  python scripts/experiment.py --scale study1500 --jobs 2  # the study's scale, over several runs (~34 CPU-hours)
 
-Scales (r2s2r/experiment.py SCALES): smoke, study (the object-centric policy on a 128^2 head view), medium (the
-flow transformer at 64^2, sized for a CPU machine), paper (100 real + 1,500 simulated per configuration, the
-10-real diagnostic). Stages: collect_real.py, generate.py per configuration, train.py per policy, evaluate.py per
-policy on the real side and in the grounded and ungrounded sim worlds (sim as evaluator), then the report.
+Scales (r2s2r/experiment.py SCALES): smoke, study (the object-centric policy on a 128^2 head view, 200 simulated
+per configuration), study1500 (the same policy at the study's 1,500 simulated per configuration with corrective
+noise, two training seeds, two evaluation blocks), medium (the flow transformer at 64^2, sized for a CPU machine),
+paper (the flow transformer with 1,500 simulated per configuration, the 10-real diagnostic). Stages:
+collect_real.py, generate.py per configuration, train.py per policy and training seed, evaluate.py per run and
+block on the real side and in the grounded and ungrounded sim worlds (sim as evaluator), then the report.
 
 Resuming: every finished stage is skipped and every unfinished one resumes its own work; rerun the same command.
 Outputs in --run-dir (default outputs/experiment/<scale>): data/, train/, eval/, logs/<stage>.log,

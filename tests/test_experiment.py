@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
@@ -9,18 +10,22 @@ import pytest
 
 from conftest import run_script
 
-from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies
+from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies, runs
 from r2s2r.tasks import REAL_TASK
 
 
 # A stand-in for the four stage scripts (collect_real.py, generate.py, train.py, evaluate.py), run by the experiment
 # as it runs them: it fails unless every file the stage reads exists (so stages run after what they read) and writes
-# the stage's outputs; an evaluation's results are the ones the test prepared for that policy and task, refused
-# unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
+# the stage's outputs; a training also writes a frame cache file for each dataset it reads, and fails if its run
+# was trained before (a stage run twice); an evaluation's trials are the rows the test prepared for that run, task and
+# block, refused unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
 # benchmarks/bench_experiment.py (stage times in docs/benchmarks.md); each is tested end to end on its own.
 STUB = """
 import json, os, re, sys, time
 from pathlib import Path
+
+from r2s2r.evaluation.protocol import summarize
+from r2s2r.policy.data import frame_cache_file
 
 time.sleep(0.1)  # stages.json keeps wall times to 0.1 s: every stage's is then above 0
 script, args = Path(sys.argv[0]).name, sys.argv[1:]
@@ -38,16 +43,24 @@ if script in ("collect_real.py", "generate.py"):
     Path(value("--output")).write_text("stub dataset")
 elif script == "train.py":
     run = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
-    run.mkdir(parents=True, exist_ok=True)
+    if run.exists():
+        sys.exit(f"{run} trained twice")
+    run.mkdir(parents=True)
     (run / "policy.pt").write_text("stub checkpoint")
+    for path in inputs:
+        cache = frame_cache_file(Path(path), ["demo_0"], "head_left", (8, 8))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(b"frames")
 else:
     name, task = value("--names"), value("--task", os.environ["STUB_REAL_TASK"])
-    summary = json.loads(Path(os.environ["STUB_RESULTS"]).read_text())[name][task]
-    if summary["overall"]["trials"] != int(value("--trials")):
-        sys.exit(f"--trials {value('--trials')}: the prepared results have {summary['overall']['trials']}")
+    run = Path(value("--checkpoint")).parent.name
+    rows = json.loads(Path(os.environ["STUB_RESULTS"]).read_text())[run][task][value("--base-seed", "sim")]
+    if len(rows) != int(value("--trials")):
+        sys.exit(f"--trials {value('--trials')}: the prepared results have {len(rows)}")
     out = Path(value("--output")) / task
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"policies": {name: summary}}))
+    (out / name).mkdir(parents=True, exist_ok=True)
+    (out / name / "trials.jsonl").write_text("".join(json.dumps(row) + "\\n" for row in rows))
+    (out / "results.json").write_text(json.dumps({"policies": {name: summarize(rows)}}))
 """
 
 
@@ -90,67 +103,108 @@ def test_smoke_stages_are_accepted_by_their_scripts_and_read_what_earlier_stages
             assert any(str(path) in outputs[dep] for dep in stage.after), (stage.name, path)
 
 
-def test_smoke_experiment_produces_the_full_table_and_resumes(tmp_path, monkeypatch, capsys):
-    """experiment.py's own run: stages side by side in dependency order, stages.json, the report, and a rerun that
-    skips every stage and makes the same report; the stage scripts are the stand-in above."""
+# The smoke scale, and a scale like it with two training seeds per policy, two evaluation blocks, no alignment policy
+# and another mixture weight: every policy's real-side trials are then pooled over four evaluations.
+POOLED = dataclasses.replace(SCALES["smoke"], seeds=(0, 3), blocks=(10000, 20000), align=(), sim_weight=0.75)
+
+
+@pytest.mark.parametrize("scale_name", ["smoke", "pooled"])
+def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_path, monkeypatch, capsys,
+                                                                            scale_name):
+    """experiment.py's own run: stages side by side in dependency order, stages.json, the report (each policy's
+    trials pooled over its runs and blocks, as an independent pooling of the prepared rows gives it), each dataset's
+    frame cache deleted once its last training is over, and a rerun that skips every stage and makes the same
+    report; the stage scripts are the stand-in above."""
     import importlib.util
 
     import r2s2r.experiment
     from conftest import ROOT
+    from r2s2r.evaluation import difference_interval
     from r2s2r.evaluation.protocol import make_protocol, summarize
+    from r2s2r.experiment import evaluations
 
-    scale = SCALES["smoke"]
+    monkeypatch.setitem(SCALES, "pooled", POOLED)
+    scale = SCALES[scale_name]
     names = list(policies(scale))
+    assert ("wg_bg_align" in names) == (scale_name == "smoke")
     stubs = tmp_path / "scripts"
     stubs.mkdir()
     for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py"):
         (stubs / script).write_text(STUB)
-    results = {}
-    for k, name in enumerate(names):  # a different success pattern per policy and task
-        results[name] = {}
-        for j, (task, n) in enumerate([(REAL_TASK, scale.eval_trials)]
-                                      + [(t, scale.sim_eval_trials) for t in SIM_EVAL_TASKS.values()]):
-            rows = [{"index": t.index, "condition": t.condition, "success": (t.index + k + j) % 3 == 0}
-                    for t in make_protocol(n)]
-            results[name][task] = summarize(rows)
-    (tmp_path / "results.json").write_text(json.dumps(results))
+    prepared, pooled = {}, {}  # run -> task -> block -> rows; policy -> its real-side rows over runs and blocks
+    k = 0
+    for name in names:
+        pooled[name] = []
+        for run in runs(scale, name):
+            prepared[run] = {}
+            tasks = [(REAL_TASK, scale.eval_trials, b) for b in scale.blocks]
+            tasks += [(t, scale.sim_eval_trials, "sim") for t in SIM_EVAL_TASKS.values()]
+            for task, n, block in tasks:  # a different success pattern per run, task and block
+                k += 1
+                rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "success": (t.index * k) % 5 < 2}
+                        for t in make_protocol(n, base_seed=10000 if block == "sim" else block)]
+                prepared[run].setdefault(task, {})[str(block)] = rows
+                if task == REAL_TASK:
+                    pooled[name] += [{key: v for key, v in row.items() if key != "index"} for row in rows]
+    (tmp_path / "results.json").write_text(json.dumps(prepared))
     monkeypatch.setenv("STUB_RESULTS", str(tmp_path / "results.json"))
     monkeypatch.setenv("STUB_REAL_TASK", REAL_TASK)
+    monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "frames"))
     monkeypatch.setattr(r2s2r.experiment, "SCRIPTS", stubs)
     spec = importlib.util.spec_from_file_location("_experiment_script", ROOT / "scripts" / "experiment.py")
     experiment = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(experiment)
 
-    run_dir = tmp_path / "smoke"
-    code = experiment.main(["--scale", "smoke", "--run-dir", str(run_dir)])
+    run_dir = tmp_path / scale_name
+    code = experiment.main(["--scale", scale_name, "--run-dir", str(run_dir)])
     out = capsys.readouterr()
     assert code == 0, out.out[-3000:] + out.err[-3000:]
     report = json.loads((run_dir / "report" / "experiment.json").read_text())
     assert set(report["real"]) == set(names)
+    per_policy = len(scale.seeds) * len(scale.blocks) * scale.eval_trials
     for name, summary in report["real"].items():
-        assert summary == results[name][REAL_TASK]
-        assert summary["overall"]["trials"] == scale.eval_trials
-        assert summary["nominal"]["trials"] + summary["shifted"]["trials"] == scale.eval_trials
+        assert summary == summarize(pooled[name])
+        assert summary["overall"]["trials"] == per_policy
+        assert summary["nominal"]["trials"] + summary["shifted"]["trials"] == per_policy
     assert len(report["table"]) == len(CONFIGS) == 4
     for axis in ("world", "behaviour"):
         effect = report["main_effects"][axis]
         lo, hi = effect["interval"]
         assert -1 <= lo <= effect["effect"] <= hi <= 1
+    base = report["real"]["real_only"]["overall"]
+    for c in CONFIGS:
+        cell = report["real"][c]["overall"]
+        diff, lo, hi = difference_interval(cell["successes"], cell["trials"], base["successes"], base["trials"])
+        assert report["cotraining_effects"][c] == {"diff": diff, "interval": [lo, hi]}
+    assert (report["alignment_effect"] is None) == (scale_name == "pooled")
     assert set(report["sim_as_evaluator"]) == set(SIM_EVAL_TASKS)
     for world, task in SIM_EVAL_TASKS.items():
         sim = json.loads((run_dir / "eval" / names[0] / task / "results.json").read_text())
-        assert sim["policies"][names[0]]["overall"]["trials"] == scale.sim_eval_trials
+        assert sim["policies"][names[0]] == summarize(prepared[names[0]][task]["sim"])
     stages = json.loads((run_dir / "stages.json").read_text())
-    assert {s.name for s in plan(run_dir, scale)} == set(stages)
+    planned = plan(run_dir, scale)
+    assert {s.name for s in planned} == set(stages)
+    assert {s.name for s in planned if s.name.startswith("eval_")} == {
+        f"eval_{folder}" for n in names for run in runs(scale, n) for folder in evaluations(scale, run)}
     assert all(e["status"] == "complete" and e["wall_s"] > 0 and e["cpu_s"] > 0 for e in stages.values())
     assert out.out.count("[start]") == len(stages) and "[skip]" not in out.out
     markdown = (run_dir / "report" / "experiment.md").read_text()
     assert "Main effect of world grounding" in markdown and "real_only" in markdown
+    assert "Co-training with wg_bg vs real-only" in markdown
     assert (run_dir / "report" / REAL_TASK / "results.png").stat().st_size > 0
+    # Every dataset's frames were deleted, each after the last training that reads it had finished.
+    assert not list((tmp_path / "frames").iterdir())
+    lines = out.out.splitlines()
+    for stage in planned:
+        if stage.frames_of:
+            done = next(i for i, line in enumerate(lines) if line.startswith(f"[done] {stage.name} in"))
+            for path in stage.frames_of:
+                assert done < next(i for i, line in enumerate(lines)
+                                   if line.startswith("[frames]") and f" reads {path.name} " in line), (stage.name, path)
 
     # Rerun: every stage is found complete and skipped; the report is made again from the same results.
     start = time.time()
-    assert experiment.main(["--scale", "smoke", "--run-dir", str(run_dir)]) == 0
+    assert experiment.main(["--scale", scale_name, "--run-dir", str(run_dir)]) == 0
     again = capsys.readouterr().out
     assert again.count("[skip]") == len(stages) and "[start]" not in again
     assert json.loads((run_dir / "report" / "experiment.json").read_text())["real"] == report["real"]
@@ -176,10 +230,14 @@ def test_every_scales_training_stages_compose_a_valid_config(tmp_path, scale_nam
     """A scale's train.py overrides (policy kind, sizes, the alignment option) are checked without running it."""
     from r2s2r.policy.config import compose_train_cfg
 
-    stages = [s for s in plan(tmp_path, SCALES[scale_name]) if s.name.startswith("train_")]
-    assert {s.name for s in stages} == {f"train_{n}" for n in policies(SCALES[scale_name])}
+    scale = SCALES[scale_name]
+    stages = [s for s in plan(tmp_path, scale) if s.name.startswith("train_")]
+    assert {s.name for s in stages} == {f"train_{r}" for n in policies(scale) for r in runs(scale, n)}
     for stage in stages:
         cfg = compose_train_cfg(stage.command[2:])
-        assert list(cfg.policy.cameras) == list(SCALES[scale_name].cameras)
+        assert list(cfg.policy.cameras) == list(scale.cameras)
+        assert cfg.seed in scale.seeds
+        if len(cfg.data.datasets) == 2:
+            assert [d.weight for d in cfg.data.datasets] == [1 - scale.sim_weight, scale.sim_weight]
         if stage.name == "train_wg_bg_align":
             assert cfg.cotrain.alignment_weight > 0

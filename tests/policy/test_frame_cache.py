@@ -12,7 +12,7 @@ import pytest
 
 from r2s2r.data.hdf5 import DemoReader
 from r2s2r.policy.config import DatasetCfg, PolicyCfg
-from r2s2r.policy.data import frame_cache_file, load_dataset
+from r2s2r.policy.data import drop_frame_caches, frame_cache_file, load_dataset
 
 POLICY = PolicyCfg(cameras=("right_wrist",), image_size=(24, 24))  # the fixture's 32² frames, resized
 
@@ -90,3 +90,22 @@ def test_an_interrupted_write_leaves_no_cache_file_and_a_damaged_one_is_written_
         file = frame_cache_file(dataset, reader.names, "right_wrist", (24, 24))
     file.write_bytes(file.read_bytes()[:-7])  # cut short, as by a full disk
     np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"], expected)
+
+
+def test_dropping_a_datasets_caches_keeps_the_others_and_the_next_load_writes_them_again(dataset, tmp_path):
+    other = tmp_path / "other.hdf5"
+    shutil.copy(dataset, other)
+    load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    load_dataset(DatasetCfg(path=str(dataset), demos=1), POLICY)
+    load_dataset(DatasetCfg(path=str(other)), POLICY)
+    kept = [name for name in cache_files(tmp_path) if (tmp_path / "cache" / name).stat().st_size]
+    assert len(kept) == 3
+    size = sum((tmp_path / "cache" / n).stat().st_size for n in cache_files(tmp_path))
+    freed = drop_frame_caches(dataset)
+    with DemoReader(other) as reader:
+        assert cache_files(tmp_path) == [frame_cache_file(other, reader.names, "right_wrist", (24, 24)).name]
+    assert freed == size - (tmp_path / "cache" / cache_files(tmp_path)[0]).stat().st_size > 0
+    assert drop_frame_caches(dataset) == 0
+    np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"],
+                                  reader_frames(dataset))
+    assert len(cache_files(tmp_path)) == 2

@@ -5,16 +5,19 @@ An experiment is a set of stages, each a run of one of the project's scripts wit
     real                 collect_real.py: the real demos (on the twin)
     real10               collect_real.py: the first 10 of them again (only with the 10-real diagnostic)
     sim_<cfg>            generate.py: simulated trajectories of one grounding configuration (wg_bg, wg_bu, wu_bg, wu_bu)
-    train_<policy>       train.py: real_only, the four co-trained policies, wg_bg_align (co-training with a domain
-                         embedding and an alignment loss), and the diagnostic's real10_only / real10_wg_bg
-    eval_<policy>        evaluate.py: the protocol on the real side, then in the grounded and ungrounded sim worlds
-    report               the tables (in this process)
+    train_<run>          train.py: real_only, the four co-trained policies, wg_bg_align (co-training with a domain
+                         embedding and an alignment loss, where the scale has it), and the diagnostic's real10_only /
+                         real10_wg_bg; one run per training seed (<policy>, then <policy>_s<seed>)
+    eval_<run>[_b<seed>] evaluate.py: the protocol on the real side, one stage per block of trial seeds
+    simeval_<world>_<policy>  evaluate.py: the first seed's run in the grounded and ungrounded sim worlds
+    report               the tables (in this process), each policy's real-side trials pooled over its runs and blocks
 
 A stage whose outputs exist is skipped (every script publishes its output only when complete, and resumes its own
 unfinished work), so an interrupted experiment continues where it stopped and a long one can be completed over
 several runs. Independent stages run side by side (`jobs`). Each stage's wall time and CPU time (its process and
 the processes it waited for: what it costs whatever else shares the machine) go to `stages.json`, its output to
-`logs/<stage>.log`.
+`logs/<stage>.log`. Once every training that reads a dataset is over, its frame cache is deleted
+(`policy.data.drop_frame_caches`: at the study's scale a simulated dataset's frames take ~14 GB).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from r2s2r.evaluation.protocol import BASE_SEED
 from r2s2r.files import write_text_atomic
 from r2s2r.tasks import REAL_TASK
 
@@ -57,7 +61,12 @@ class Scale:
     max_steps: int | None = None  # cap on control steps per evaluation trial (None: the task's episode length)
     policy: tuple[str, ...] = ()  # extra train.py overrides (e.g. a smaller model)
     diagnostic: bool = False  # the 10-real diagnostic
-    align: tuple[str, ...] = ("policy.domain_embedding=true", "cotrain.alignment_weight=0.1")  # the alignment option
+    # The alignment option's train.py overrides (the wg_bg_align policy); () leaves that policy out.
+    align: tuple[str, ...] = ("policy.domain_embedding=true", "cotrain.alignment_weight=0.1")
+    sim_overrides: tuple[str, ...] = ()  # extra generate.py overrides for every configuration
+    sim_weight: float = 0.5  # a co-trained mixture's sampling weight of the simulated dataset (the real one's: 1 - it)
+    seeds: tuple[int, ...] = (0,)  # training seeds: one whole training (estimator and head) per policy and seed
+    blocks: tuple[int, ...] = (BASE_SEED,)  # real-side evaluation blocks (evaluate.py --base-seed), pooled
 
 
 SCALES = {
@@ -76,6 +85,17 @@ SCALES = {
                    policy=("policy.kind=object_centric", "policy.chunk=16", "policy.execute=4",
                            "object_centric.estimator_steps=4500"),
                    align=("cotrain.alignment_weight=0.1",)),
+    # The study's table at the study's scale with the recipe that measured a co-training gain through the camera
+    # (docs/results.md, "Plan for the study's table at the study's scale"): 1,500 simulated trajectories per
+    # configuration with corrective noise, real 0.25 / simulated 0.75, heads deployed with temporal ensembling,
+    # two training seeds per policy, each evaluated on the protocol's two blocks (100 trials per run).
+    "study1500": Scale(real_demos=100, sim_trajectories=1500, train_steps=3000, eval_trials=50, sim_eval_trials=50,
+                       cameras=("head_left",), image_size=128,
+                       policy=("policy.kind=object_centric", "policy.chunk=16", "policy.execute=4",
+                               "policy.ensemble=0", "object_centric.estimator_steps=4500"),
+                       align=(), sim_overrides=("datagen.corrective_noise=[0.02,0.01,0.005]",
+                                                "datagen.corrective_tau=0.5"),
+                       sim_weight=0.75, seeds=(0, 1), blocks=(BASE_SEED, 2 * BASE_SEED)),
     "paper": Scale(real_demos=100, sim_trajectories=1500, train_steps=30000, eval_trials=50, sim_eval_trials=50,
                    diagnostic=True),
 }
@@ -87,6 +107,7 @@ class Stage:
     command: list[str]
     done_when: list[Path]  # the stage is complete when all of these exist
     after: list[str] = field(default_factory=list)
+    frames_of: list[Path] = field(default_factory=list)  # datasets whose frames it reads through the frame cache
 
     def done(self) -> bool:
         return all(p.exists() for p in self.done_when)
@@ -98,14 +119,27 @@ def _script(name: str, *args: object) -> list[str]:
 
 def policies(scale: Scale) -> dict[str, tuple[list[tuple[str, float]], tuple[str, ...]]]:
     """Policy name -> (datasets as (stage, weight), extra train overrides)."""
+    real_w, sim_w = 1.0 - scale.sim_weight, scale.sim_weight
     out: dict = {"real_only": ([("real", 1.0)], ())}
     for cfg in CONFIGS:
-        out[cfg] = ([("real", 0.5), (f"sim_{cfg}", 0.5)], ())
-    out["wg_bg_align"] = ([("real", 0.5), ("sim_wg_bg", 0.5)], scale.align)
+        out[cfg] = ([("real", real_w), (f"sim_{cfg}", sim_w)], ())
+    if scale.align:
+        out["wg_bg_align"] = ([("real", real_w), ("sim_wg_bg", sim_w)], scale.align)
     if scale.diagnostic:
         out["real10_only"] = ([("real10", 1.0)], ())
-        out["real10_wg_bg"] = ([("real10", 0.5), ("sim_wg_bg", 0.5)], ())
+        out["real10_wg_bg"] = ([("real10", real_w), ("sim_wg_bg", sim_w)], ())
     return out
+
+
+def runs(scale: Scale, name: str) -> dict[str, int]:
+    """A policy's training runs: run name -> seed (the first seed's run carries the policy's name)."""
+    return {name if seed == scale.seeds[0] else f"{name}_s{seed}": seed for seed in scale.seeds}
+
+
+def evaluations(scale: Scale, run: str) -> dict[str, int]:
+    """A run's real-side evaluations: folder name under eval/ -> base seed (the first block's carries the run's
+    name, and holds the sim-as-evaluator results too)."""
+    return {run if block == scale.blocks[0] else f"{run}_b{block}": block for block in scale.blocks}
 
 
 def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
@@ -127,21 +161,28 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
         stages.append(Stage(f"sim_{cfg}", _script(
             "generate.py", "--task", task, "--num-trajectories", scale.sim_trajectories, "--output",
             paths[f"sim_{cfg}"], "--seed", 0, "--no-progress", f"env.cameras=[{cams}]", f"env.image_size=[{size},{size}]",
-            *extra), [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
+            *extra, *scale.sim_overrides), [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
+    # The seeds of a policy one after the other: the two runs side by side share one dataset's frame cache.
     for name, (mixture, extra) in policies(scale).items():
         datasets = ", ".join(f"{{path: {paths[s].absolute()}, weight: {w}}}" for s, w in mixture)
-        run = run_dir / "train" / name
-        stages.append(Stage(f"train_{name}", _script(
-            "train.py", f"run_dir={run}", f"steps={scale.train_steps}", f"batch_size={scale.batch_size}",
-            f"threads={threads}", f"data.datasets=[{datasets}]", f"policy.cameras=[{cams}]",
-            f"policy.image_size=[{size},{size}]", "checkpoint_every=500", *scale.policy, *extra),
-            [run / "policy.pt"], after=sorted({s for s, _ in mixture})))
-        evaluation = run_dir / "eval" / name
-        stages.append(Stage(f"eval_{name}", _script(
-            "evaluate.py", "--checkpoint", run / "policy.pt", "--names", name, "--trials", scale.eval_trials,
-            "--output", evaluation, "--no-progress",
-            *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
-            [evaluation / REAL_TASK / "results.json"], after=[f"train_{name}"]))
+        for run_name, seed in runs(scale, name).items():
+            run = run_dir / "train" / run_name
+            stages.append(Stage(f"train_{run_name}", _script(
+                "train.py", f"run_dir={run}", f"seed={seed}", f"steps={scale.train_steps}",
+                f"batch_size={scale.batch_size}", f"threads={threads}", f"data.datasets=[{datasets}]",
+                f"policy.cameras=[{cams}]", f"policy.image_size=[{size},{size}]", "checkpoint_every=500",
+                *scale.policy, *extra),
+                [run / "policy.pt"], after=sorted({s for s, _ in mixture}),
+                frames_of=[paths[s] for s, _ in mixture]))
+    for name in policies(scale):
+        for run_name in runs(scale, name):
+            for folder, block in evaluations(scale, run_name).items():
+                evaluation = run_dir / "eval" / folder
+                stages.append(Stage(f"eval_{folder}", _script(
+                    "evaluate.py", "--checkpoint", run_dir / "train" / run_name / "policy.pt", "--names", name,
+                    "--trials", scale.eval_trials, "--base-seed", block, "--output", evaluation, "--no-progress",
+                    *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
+                    [evaluation / REAL_TASK / "results.json"], after=[f"train_{run_name}"]))
     # Sim as evaluator last: an experiment stopped part-way has the real-side table first.
     for name in policies(scale):
         run, evaluation = run_dir / "train" / name, run_dir / "eval" / name
@@ -175,6 +216,20 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
         echo(f"[skip] {name}: already complete")
     failed: set[str] = set()
     running: dict[Future, Stage] = {}
+    dropped: set[Path] = set()
+
+    def drop_unread_frames() -> None:
+        from r2s2r.policy.data import drop_frame_caches
+
+        unread = {p for s in stages for p in s.frames_of} - dropped
+        unread -= {p for s in stages if s.name not in finished for p in s.frames_of}
+        for path in sorted(unread):
+            dropped.add(path)
+            if freed := drop_frame_caches(path):
+                echo(f"[frames] every training that reads {path.name} is over: {freed / 1e9:.1f} GB of cached "
+                     f"frames deleted")
+
+    drop_unread_frames()
 
     def launch(stage: Stage) -> tuple[int, float, float]:
         start = time.time()
@@ -206,6 +261,7 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
                     log.record(stage.name, status="complete", wall_s=round(seconds, 1), cpu_s=round(cpu, 2),
                                finished=time.strftime("%Y-%m-%d %H:%M:%S"))
                     echo(f"[done] {stage.name} in {seconds:.0f} s")
+                    drop_unread_frames()
                 else:
                     failed.add(stage.name)
                     log.record(stage.name, status=f"failed (exit {code})", wall_s=round(seconds, 1), cpu_s=round(cpu, 2))
@@ -217,12 +273,19 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
     return not failed
 
 
-def _summaries(run_dir: Path, task: str, names: list[str]) -> dict[str, dict]:
-    out = {}
-    for name in names:
-        results = json.loads((run_dir / "eval" / name / task / "results.json").read_text())
-        out[name] = results["policies"][name]
-    return out
+def _real_summaries(run_dir: Path, scale: Scale) -> dict[str, dict]:
+    """Each policy's real-side summary, its trials pooled over its training seeds' runs and the blocks."""
+    from r2s2r.evaluation.protocol import pooled_rows, summarize
+
+    return {name: summarize(pooled_rows(run_dir / "eval" / folder / REAL_TASK / name / "trials.jsonl"
+                                        for run in runs(scale, name) for folder in evaluations(scale, run)))
+            for name in policies(scale)}
+
+
+def _sim_summaries(run_dir: Path, task: str, names: list[str]) -> dict[str, dict]:
+    """Each policy's summary in sim `task` (its first seed's run)."""
+    return {name: json.loads((run_dir / "eval" / name / task / "results.json").read_text())["policies"][name]
+            for name in names}
 
 
 def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
@@ -234,24 +297,31 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     from r2s2r.evaluation.report import write_report
 
     names = list(policies(scale))
-    real = _summaries(run_dir, REAL_TASK, names)
+    real = _real_summaries(run_dir, scale)
     out_dir = run_dir / "report"
     write_report(out_dir / REAL_TASK, real, f"Success on the real side (twin), scale {scale_name}")
     table = {(CONFIGS[c][0], CONFIGS[c][1]): (real[c]["overall"]["successes"], real[c]["overall"]["trials"])
              for c in CONFIGS}
     effects = {axis: main_effect(table, axis) for axis in ("world", "behaviour")}
-    base, aligned = real["wg_bg"]["overall"], real["wg_bg_align"]["overall"]
-    alignment = difference_interval(aligned["successes"], aligned["trials"], base["successes"], base["trials"])
-    sim = {world: ranking(real, _summaries(run_dir, task, names)) for world, task in SIM_EVAL_TASKS.items()}
+
+    def versus(name: str, baseline: str) -> dict:
+        a, b = real[name]["overall"], real[baseline]["overall"]
+        diff, low, high = difference_interval(a["successes"], a["trials"], b["successes"], b["trials"])
+        return {"diff": diff, "interval": [low, high]}
+
+    cotraining = {c: versus(c, "real_only") for c in CONFIGS}
+    alignment = versus("wg_bg_align", "wg_bg") if "wg_bg_align" in real else None
+    sim = {world: ranking(real, _sim_summaries(run_dir, task, names)) for world, task in SIM_EVAL_TASKS.items()}
     stages = json.loads((run_dir / "stages.json").read_text()) if (run_dir / "stages.json").exists() else {}
     result = {"scale": scale_name, "scale_config": {k: getattr(scale, k) for k in scale.__dataclass_fields__},
               "real": real, "table": {f"world_{w}/behaviour_{b}": v for (w, b), v in table.items()},
-              "main_effects": effects,
-              "alignment_effect": {"diff": alignment[0], "interval": list(alignment[1:])},
+              "main_effects": effects, "cotraining_effects": cotraining, "alignment_effect": alignment,
               "sim_as_evaluator": sim, "stages": stages}
 
+    pooled = (f" Each policy's trials pooled over {len(scale.seeds)} training seeds x {len(scale.blocks)} blocks "
+              f"of {scale.eval_trials}." if len(scale.seeds) * len(scale.blocks) > 1 else "")
     lines = [f"# Experiment ({scale_name}) on the twin", "",
-             "Success on the real side (the reality twin), k/n (rate [Wilson 95 %]).", "",
+             f"Success on the real side (the reality twin), k/n (rate [Wilson 95 %]).{pooled}", "",
              "| world \\ behaviour | grounded | ungrounded |", "|---|---|---|"]
     for w in ("grounded", "ungrounded"):
         cells = [rate_text(real[next(c for c, v in CONFIGS.items() if v[:2] == (w, b))]["overall"])
@@ -262,8 +332,10 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
         lo, hi = e["interval"]
         lines.append(f"- Main effect of {axis} grounding (averaged over the other axis): {100 * e['effect']:+.0f} "
                      f"points [{100 * lo:+.0f}, {100 * hi:+.0f}] (Newcombe 95 %)")
-    lines.append(f"- Alignment option ({' '.join(scale.align)}; wg_bg_align vs wg_bg): "
-                 f"{100 * alignment[0]:+.0f} points [{100 * alignment[1]:+.0f}, {100 * alignment[2]:+.0f}]")
+    points = lambda e: f"{100 * e['diff']:+.0f} points [{100 * e['interval'][0]:+.0f}, {100 * e['interval'][1]:+.0f}]"  # noqa: E731
+    lines += [f"- Co-training with {c} vs real-only: {points(e)}" for c, e in cotraining.items()]
+    if alignment:
+        lines.append(f"- Alignment option ({' '.join(scale.align)}; wg_bg_align vs wg_bg): {points(alignment)}")
     lines += ["", "| policy | overall | nominal | shifted |", "|---|---|---|---|"]
     lines += [f"| {n} | {rate_text(s['overall'])} | {rate_text(s['nominal'])} | {rate_text(s['shifted'])} |"
               for n, s in real.items()]

@@ -153,6 +153,12 @@ def read_rows(path: Path) -> tuple[list[dict], list[str], str]:
     return rows, complete, partial
 
 
+def pooled_rows(files: Iterable[Path]) -> list[dict]:
+    """The complete rows of several results files (blocks, training seeds) as one pool for `summarize`: a trial
+    index repeats across files, so the pool counts rows and leaves the indices out."""
+    return [{k: v for k, v in row.items() if k != "index"} for file in files for row in read_rows(Path(file))[0]]
+
+
 def _load_rows(path: Path) -> list[dict]:
     """The complete rows of a results file; a last line cut off by an interruption is dropped from the file."""
     rows, complete, partial = read_rows(path)

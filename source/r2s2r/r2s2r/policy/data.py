@@ -71,11 +71,27 @@ def frame_cache_dir() -> Path:
     return Path(os.environ.get("R2S2R_FRAME_CACHE") or cache_dir() / "frames")
 
 
+def _dataset_key(path: Path) -> str:
+    """The prefix every frame cache file of dataset `path` starts with (whatever its size, demos or camera)."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+
+
 def frame_cache_file(path: Path, names: list[str], camera: str, size: tuple[int, int]) -> Path:
     """The frame cache file of `camera`'s frames of demos `names` of dataset `path` at `size` (height, width)."""
     stat = path.stat()
     key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, list(names), camera, list(size)])
-    return frame_cache_dir() / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}_{size[0]}x{size[1]}.u8"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return frame_cache_dir() / f"{_dataset_key(path)}_{digest}_{size[0]}x{size[1]}.u8"
+
+
+def drop_frame_caches(path: Path) -> int:
+    """Delete every frame cache file of dataset `path` (its trainings are over; at the study's scale each
+    simulated dataset's frames take ~14 GB). Returns the bytes freed."""
+    freed = 0
+    for file in frame_cache_dir().glob(f"{_dataset_key(Path(path))}_*.u8"):
+        freed += file.stat().st_size
+        file.unlink(missing_ok=True)
+    return freed
 
 
 def _mapped_frames(file: Path, count: int, size: tuple[int, int]) -> np.ndarray | None:
