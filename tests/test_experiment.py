@@ -18,14 +18,11 @@ from r2s2r.tasks import REAL_TASK
 # as it runs them: it fails unless every file the stage reads exists (so stages run after what they read) and writes
 # the stage's outputs; a training also writes a frame cache file for each dataset it reads, and fails if its run
 # was trained before (a stage run twice); an evaluation's trials are the rows the test prepared for that run, task and
-# block, refused unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
+# block (and their summary), refused unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
 # benchmarks/bench_experiment.py (stage times in docs/benchmarks.md); each is tested end to end on its own.
 STUB = """
 import json, os, re, sys, time
 from pathlib import Path
-
-from r2s2r.evaluation.protocol import summarize
-from r2s2r.policy.data import frame_cache_file
 
 time.sleep(0.1)  # stages.json keeps wall times to 0.1 s: every stage's is then above 0
 script, args = Path(sys.argv[0]).name, sys.argv[1:]
@@ -47,6 +44,8 @@ elif script == "train.py":
         sys.exit(f"{run} trained twice")
     run.mkdir(parents=True)
     (run / "policy.pt").write_text("stub checkpoint")
+    from r2s2r.policy.data import frame_cache_file
+
     for path in inputs:
         cache = frame_cache_file(Path(path), ["demo_0"], "head_left", (8, 8))
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -54,13 +53,13 @@ elif script == "train.py":
 else:
     name, task = value("--names"), value("--task", os.environ["STUB_REAL_TASK"])
     run = Path(value("--checkpoint")).parent.name
-    rows = json.loads(Path(os.environ["STUB_RESULTS"]).read_text())[run][task][value("--base-seed", "sim")]
+    rows, summary = json.loads(Path(os.environ["STUB_RESULTS"]).read_text())[run][task][value("--base-seed", "sim")]
     if len(rows) != int(value("--trials")):
         sys.exit(f"--trials {value('--trials')}: the prepared results have {len(rows)}")
     out = Path(value("--output")) / task
     (out / name).mkdir(parents=True, exist_ok=True)
     (out / name / "trials.jsonl").write_text("".join(json.dumps(row) + "\\n" for row in rows))
-    (out / "results.json").write_text(json.dumps({"policies": {name: summarize(rows)}}))
+    (out / "results.json").write_text(json.dumps({"policies": {name: summary}}))
 """
 
 
@@ -143,7 +142,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
                 k += 1
                 rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "success": (t.index * k) % 5 < 2}
                         for t in make_protocol(n, base_seed=10000 if block == "sim" else block)]
-                prepared[run].setdefault(task, {})[str(block)] = rows
+                prepared[run].setdefault(task, {})[str(block)] = (rows, summarize(rows))
                 if task == REAL_TASK:
                     pooled[name] += [{key: v for key, v in row.items() if key != "index"} for row in rows]
     (tmp_path / "results.json").write_text(json.dumps(prepared))
@@ -180,7 +179,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     assert set(report["sim_as_evaluator"]) == set(SIM_EVAL_TASKS)
     for world, task in SIM_EVAL_TASKS.items():
         sim = json.loads((run_dir / "eval" / names[0] / task / "results.json").read_text())
-        assert sim["policies"][names[0]] == summarize(prepared[names[0]][task]["sim"])
+        assert sim["policies"][names[0]] == summarize(prepared[names[0]][task]["sim"][0])
     stages = json.loads((run_dir / "stages.json").read_text())
     planned = plan(run_dir, scale)
     assert {s.name for s in planned} == set(stages)
