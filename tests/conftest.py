@@ -16,6 +16,13 @@ from filelock import FileLock
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pytest.ini): one worker per core, plus one. A fifth of the suite's time a worker waits, not computes
+    (on the scripts and Ray nodes it starts, on sockets): with one worker per core the cores idled that long
+    (docs/benchmarks.md)."""
+    return len(os.sched_getaffinity(0)) + 1
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files marked `slow` first (in collection order otherwise): with two workers, a minute-long set-up that starts
     last keeps one worker busy after the other has run out of files."""

@@ -432,16 +432,15 @@ def _broken(checkpoint: Path, folder: Path) -> Path:
 
 
 @pytest.mark.parametrize("tool", ["evaluate.py", "play.py", "analyze_latent.py"])
-def test_tools_refuse_a_broken_checkpoint_cleanly(tool, checkpoint, tmp_path):
+def test_tools_refuse_a_broken_checkpoint_cleanly(tool, checkpoint, tmp_path, monkeypatch, capsys):
     bad = _broken(checkpoint, tmp_path)
     out = tmp_path / "out"
     args = {"evaluate.py": ["--checkpoint", str(bad), "--trials", "1", "--output", str(out), "--no-progress"],
             "play.py": ["--task", "R2S2R-PickSort-Real-v0", "--checkpoint", str(bad), "--video", str(out / "v.mp4")],
             "analyze_latent.py": ["--checkpoint", str(bad), "--output", str(out)]}[tool]
-    result = run_tool(tool, *args, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    assert str(bad) in result.stderr and "weights do not fit its config" in result.stderr, result.stderr
+    code, stderr = run_tool_in_process(tool, *args, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2, stderr
+    assert str(bad) in stderr and "weights do not fit its config" in stderr, stderr
     assert listing(tmp_path) == ["broken.pt"]
 
 
