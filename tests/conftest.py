@@ -23,25 +23,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) + 1
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """`--dist loadfile` (pytest.ini), except that the Isaac Lab files go to one worker together: the first Isaac
-    Lab environment a process builds takes 10-30 s, later ones about a second."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class IsaacLabTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return "tests/isaaclab" if nodeid.startswith("tests/isaaclab/") else super()._split_scope(nodeid)
-
-    return IsaacLabTogether(config, log)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Slow files and the Isaac Lab ones first (in collection order otherwise): a minute-long set-up that starts
-    last keeps one worker busy after the others have run out of files."""
-    isaaclab = ROOT / "tests" / "isaaclab"
-    items.sort(key=lambda item: not (item.get_closest_marker("slow") or isaaclab in Path(item.path).parents))
+    """Files marked `slow` first (in collection order otherwise): with two workers, a minute-long set-up that starts
+    last keeps one worker busy after the other has run out of files."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
