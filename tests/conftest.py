@@ -24,8 +24,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files marked `slow` first (in collection order otherwise): with two workers, a minute-long set-up that starts
-    last keeps one worker busy after the other has run out of files."""
+    """Files marked `slow` first (in collection order otherwise): a minute-long set-up that starts last keeps one
+    worker busy after the others have run out of files."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
