@@ -5,6 +5,8 @@ Examples:
   isaaclab -p scripts/play.py --task R2S2R-PickSort-v0 --controller scripted --episodes 3 --condition lighting
   isaaclab -p scripts/play.py --task Isaac-R2S2R-PickSort-Grounded-v0 --controller generator --generator planner \
       --cameras head_left,right_wrist --size 96
+  isaaclab -p scripts/play.py --task Isaac-R2S2R-PickSort-Twin-v0 --checkpoint outputs/train/wg_bg/policy.pt \
+      --episodes 8 --num_envs 4
   python scripts/play.py --task R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0 --controller generator \
       --source outputs/real/real.hdf5 --condition belt_speed
   python scripts/play.py --task R2S2R-PickSort-Real-v0 --checkpoint outputs/train/wg_bg/policy.pt --episodes 5
@@ -18,15 +20,17 @@ An Isaac Lab task ID of the cell (Isaac-R2S2R-PickSort-{Grounded,Ungrounded,Twin
 on the Isaac Lab environment (Newton physics, MuJoCo Warp solver; its cameras are Isaac Lab camera sensors) under
 Isaac Lab's launcher (launch_simulation; its options below, e.g. --device): Kit starts only for --renderer
 isaac_rtx. Its physics is its config's, so Isaac Lab's own --physics is not taken; a MuJoCo task's backend is
---mujoco-physics.
+--mujoco-physics. With --num_envs N it plays N episodes at a time side by side, episode k in environment k mod N,
+each as it plays alone (its seed, its draw, its own copy of the controller).
 
-Each video frame tiles the chosen cameras side by side (after the lens model). The episode outcome (success or
+Each video frame tiles the chosen cameras side by side (after the lens model), one row per environment. The episode outcome (success or
 the named failure) is printed per episode. The video is written to a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import os
 import sys
@@ -76,12 +80,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(default, kit-less) or isaac_rtx (needs Kit) for an Isaac Lab task")
     p.add_argument("--fps", type=cli.int_in(1, 240), default=20,
                    help="video frame rate (the control rate plays in real time)")
+    p.add_argument("--num_envs", type=cli.positive_int, default=1,
+                   help="Isaac Lab task IDs: environments stepped together, each playing its own episodes")
     p.add_argument("--physics", dest="refused_physics", default=None, help=argparse.SUPPRESS)
     cli.add_execution_args(p)
     isaaclab = add_launcher_options(p, argv)
     args = p.parse_args(argv)
     if args.refused_physics is not None:
         p.error(f"--physics {args.refused_physics}: {PHYSICS_REFUSED}")
+    if args.num_envs > 1 and not isaaclab:
+        p.error(f"--num_envs {args.num_envs}: only an Isaac Lab task ID (Isaac-R2S2R-PickSort-*) steps several "
+                "environments at once; a MuJoCo task plays one")
     if args.checkpoint is None and cli.execution_of(args):
         p.error("--execute / --ensemble: they set how a trained policy executes its chunks; give --checkpoint")
     args.isaaclab = isaaclab
@@ -138,8 +147,26 @@ def main(argv=None) -> int:
 
     cfg = cell_env_cfg(args.task, view["cameras"], view["image_size"], renderer=args.renderer or "newton_warp",
                        device=launcher_device(args))
+    cfg.scene.num_envs = args.num_envs
     with launch(cfg, args):
-        return run(args, agent, lambda: make_cell_task(cfg, args.condition))
+        if args.num_envs == 1:
+            return run(args, agent, lambda: make_cell_task(cfg, args.condition))
+        return run(args, agent, lambda: SideBySide(cfg, args.condition))
+
+
+class SideBySide:
+    """The environments of one Isaac Lab environment of several (--num_envs), each behind the task interface."""
+
+    def __init__(self, cfg, condition: str):
+        from r2s2r.isaaclab_tasks.pick_sort.env import PickSortCellEnv
+        from r2s2r.isaaclab_tasks.pick_sort.task import CellTask
+
+        self.env = PickSortCellEnv(cfg)
+        self.views = [CellTask(self.env, condition, env_id=i) for i in range(self.env.num_envs)]
+        self.cfg, self.max_steps = self.views[0].cfg, self.views[0].max_steps
+
+    def close(self) -> None:
+        self.env.close()
 
 
 def run(args: argparse.Namespace, agent, make_env) -> int:
@@ -153,8 +180,9 @@ def run(args: argparse.Namespace, agent, make_env) -> int:
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    try:
-        controller = make_controller(args, env, agent)
+    try:  # a controller (and a policy's chunk state) per environment
+        views = env.views if isinstance(env, SideBySide) else [env]
+        controllers = [make_controller(args, v, None if agent is None else copy.deepcopy(agent)) for v in views]
     except (ConfigError, DatasetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -167,7 +195,7 @@ def run(args: argparse.Namespace, agent, make_env) -> int:
         print(f"error: cannot write video {str(video)!r}: {e}", file=sys.stderr)
         return 2
     try:
-        outcomes = play(args, env, controller, writer)
+        outcomes = (play_side_by_side if isinstance(env, SideBySide) else play)(args, env, controllers, writer)
         os.replace(partial, video)
     except BaseException as e:
         partial.unlink(missing_ok=True)  # a video is published whole or not at all
@@ -180,9 +208,9 @@ def run(args: argparse.Namespace, agent, make_env) -> int:
     return 0
 
 
-def play(args: argparse.Namespace, env, controller, writer) -> list[str]:
+def play(args: argparse.Namespace, env, controllers: list, writer) -> list[str]:
     """Play `args.episodes` episodes into `writer`; returns each episode's outcome."""
-    outcomes = []
+    controller, outcomes = controllers[0], []
     with writer:
         for ep in range(args.episodes):
             obs, info = env.reset(seed=args.seed + ep)
@@ -199,9 +227,59 @@ def play(args: argparse.Namespace, env, controller, writer) -> list[str]:
             ended = terminated or truncated
             outcome = "success" if info["success"] else info["failure"] if ended else "max_steps"
             outcomes.append(outcome)
-            print(f"episode {ep}: {outcome} after {info['time']:.1f} s "
-                  f"({info['object']}, {info['colour']}, belt {info['belt_speed']:.3f} m/s)")
+            report(ep, outcome, info["time"], info)
     return outcomes
+
+
+def play_side_by_side(args: argparse.Namespace, cells: SideBySide, controllers: list, writer) -> list[str]:
+    """Play `args.episodes` episodes into `writer`, `--num_envs` at a time: each round starts the next episodes
+    together (episode k in environment k mod N, with seed --seed + k) and steps until all have ended, an environment
+    whose episode has ended (or that has none this round) holding still. Each frame stacks the environments' rows,
+    an ended episode's row showing its last frame. Returns each episode's outcome."""
+    import torch
+
+    env, n = cells.env, len(cells.views)
+    steps = cells.max_steps if args.max_steps is None else min(args.max_steps, cells.max_steps)
+    outcomes = []
+    with writer:
+        for first in range(0, args.episodes, n):
+            episodes = range(first, min(first + n, args.episodes))
+            ids = list(range(len(episodes)))
+            obs = env.start_episodes(ids, [args.seed + ep for ep in episodes], [args.condition] * len(ids))
+            infos, ended, rows = {}, {}, [None] * n
+            for i, ep in zip(ids, episodes):
+                controllers[i].reset(cells.views[i], env.observation_dict(obs, i), np.random.default_rng(args.seed + ep))
+                infos[i] = cells.views[i].episode_info()
+            bar = tqdm(total=steps, desc=f"episodes {episodes.start}-{episodes.stop - 1}", unit="step")
+            for step in range(steps):
+                running = [i for i in ids if i not in ended]
+                mine = {i: env.observation_dict(obs, i) for i in running}
+                for i in running:
+                    rows[i] = tile(mine[i]["images"], cells.cfg.cameras, args.size)
+                blank = np.zeros_like(next(r for r in rows if r is not None))
+                writer.append_data(np.concatenate([blank if r is None else r for r in rows], axis=0))
+                actions = env.hold_actions(obs)
+                for i in running:
+                    actions[i] = controllers[i](mine[i])
+                obs, _, terminated, truncated, extras = env.step(torch.tensor(actions, dtype=torch.float32,
+                                                                              device=env.device))
+                bar.update(1)
+                for i in running:
+                    if terminated[i] or truncated[i]:
+                        ended[i] = (extras["outcome"][i] or "failed", step + 1)
+                if len(ended) == len(ids):
+                    break
+            bar.close()
+            for i, ep in zip(ids, episodes):
+                outcome, taken = ended.get(i, ("max_steps", steps))
+                outcomes.append(outcome)
+                report(ep, outcome, taken / cells.cfg.control_hz, infos[i])
+    return outcomes
+
+
+def report(episode: int, outcome: str, seconds: float, info: dict) -> None:
+    print(f"episode {episode}: {outcome} after {seconds:.1f} s "
+          f"({info['object']}, {info['colour']}, belt {info['belt_speed']:.3f} m/s)")
 
 
 if __name__ == "__main__":

@@ -132,3 +132,34 @@ def test_play_plays_an_isaaclab_task(tmp_path):
     frames = imageio.mimread(video)
     assert len(frames) == 4 and frames[0].shape == (32, 64, 3)
     assert all(f[:, :32].std() > 5 and f[:, 32:].std() > 5 for f in frames)  # both cameras see the cell
+
+
+def test_play_plays_episodes_side_by_side_on_several_environments(tmp_path):
+    """--num_envs 2 and three episodes: episodes 0 and 1 together, then episode 2 while the second environment has
+    none; each is the episode the MuJoCo task draws for its seed, and each frame has a row per environment."""
+    import imageio.v2 as imageio
+
+    from r2s2r.tasks.pick_sort.env import PickSortEnv
+
+    video = tmp_path / "play.mp4"
+    result = isaaclab_p("scripts/play.py", "--task", "Isaac-R2S2R-PickSort-Grounded-v0", "--seed", "2", "--num_envs",
+                        "2", "--episodes", "3", "--max-steps", "4", "--cameras", "right_wrist", "--size", "32",
+                        "--video", str(video))
+    assert result.returncode == 0, result.stderr
+    env = PickSortEnv(world="grounded", cameras=())
+    for ep in range(3):
+        _, info = env.reset(seed=2 + ep)
+        assert (f"episode {ep}: max_steps after 0.2 s ({info['object']}, {info['colour']}, belt "
+                f"{info['belt_speed']:.3f} m/s)") in result.stdout, result.stdout
+    frames = imageio.mimread(video)
+    assert len(frames) == 8 and frames[0].shape == (64, 32, 3)
+    assert all(f[:32].std() > 5 for f in frames) and all(f[32:].std() > 5 for f in frames[:4])
+    assert all(f[32:].mean() < 3 for f in frames[4:])  # the second round has no episode for the second environment
+
+
+def test_several_environments_are_refused_on_a_mujoco_task(tmp_path, monkeypatch, capsys):
+    from conftest import run_script_in_process
+
+    code, err = run_script_in_process("play.py", "--task", "R2S2R-PickSort-v0", "--num_envs", "2", cwd=tmp_path,
+                                      monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "--num_envs 2: only an Isaac Lab task ID" in err, err
