@@ -44,7 +44,7 @@ def main(argv=None) -> int:
         tests = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
     cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     tests.sort(key=lambda t: -t["cpu_s"])
-    print(f"\nsuite: {wall:.0f} s wall ({wall / 60:.0f} min {wall % 60:.0f} s), {cpu:.0f} CPU-s, {len(tests)} tests, "
+    print(f"\nsuite: {wall:.0f} s wall ({int(wall // 60)} min {wall % 60:.0f} s), {cpu:.0f} CPU-s, {len(tests)} tests, "
           f"pytest exit {code}; the tests' own CPU-s add up to {sum(t['cpu_s'] for t in tests):.0f}\n")
     print("| test | CPU s | wall s |\n|---|---:|---:|")
     for t in tests[:args.top]:
