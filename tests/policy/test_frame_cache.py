@@ -12,6 +12,7 @@ import pytest
 
 from r2s2r.data.hdf5 import DemoReader
 from r2s2r.policy.config import DatasetCfg, PolicyCfg
+from r2s2r.policy import data
 from r2s2r.policy.data import drop_frame_caches, frame_cache_file, load_dataset
 
 POLICY = PolicyCfg(cameras=("right_wrist",), image_size=(24, 24))  # the fixture's 32² frames, resized
@@ -36,7 +37,9 @@ def dataset(tmp_path, policy_datasets, monkeypatch):
 
 
 def cache_files(tmp_path) -> list:
-    return sorted(p.name for p in (tmp_path / "cache").iterdir()) if (tmp_path / "cache").exists() else []
+    """The frame cache's files (its lock files aside), temporary ones included."""
+    folder = tmp_path / "cache"
+    return sorted(p.name for p in folder.iterdir() if p.name != data.LOCKS) if folder.exists() else []
 
 
 def test_frames_are_the_readers_and_the_second_load_reads_none_from_the_dataset(dataset, tmp_path, monkeypatch):
@@ -69,8 +72,6 @@ def test_a_changed_dataset_is_read_again(dataset):
 
 def test_an_interrupted_write_leaves_no_cache_file_and_a_damaged_one_is_written_again(dataset, tmp_path,
                                                                                       monkeypatch):
-    import r2s2r.policy.data as data
-
     resize, calls = data._resize, []
 
     def interrupted(frames, size):  # the second demo's frames never arrive
@@ -109,3 +110,33 @@ def test_dropping_a_datasets_caches_keeps_the_others_and_the_next_load_writes_th
     np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"],
                                   reader_frames(dataset))
     assert len(cache_files(tmp_path)) == 2
+
+
+def test_loads_started_together_write_the_frames_once(dataset, monkeypatch):
+    """Two loads of one dataset at once (two training seeds started side by side): one decodes and writes its
+    frames while the other waits for them, and both read the dataset's frames."""
+    import threading
+    import time
+
+    writes, write = [], data._write_frame_caches
+
+    def slow_write(*args, **kwargs):
+        writes.append(threading.get_ident())
+        time.sleep(0.5)  # the other load asks while this one writes
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(data, "_write_frame_caches", slow_write)
+    loaded = [None, None]
+
+    def load(k):
+        loaded[k] = load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"]
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(writes) == 1
+    expected = reader_frames(dataset)
+    for frames in loaded:
+        np.testing.assert_array_equal(frames, expected)

@@ -18,10 +18,12 @@ the demo's end (the robot holds its final target), as diffusion-policy-style chu
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +73,9 @@ def frame_cache_dir() -> Path:
     return Path(os.environ.get("R2S2R_FRAME_CACHE") or cache_dir() / "frames")
 
 
+LOCKS = ".locks"  # the frame cache's folder of per-dataset lock files
+
+
 def _dataset_key(path: Path) -> str:
     """The prefix every frame cache file of dataset `path` starts with (whatever its size, demos or camera)."""
     return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
@@ -82,6 +87,18 @@ def frame_cache_file(path: Path, names: list[str], camera: str, size: tuple[int,
     key = json.dumps([str(path.resolve()), stat.st_size, stat.st_mtime_ns, list(names), camera, list(size)])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return frame_cache_dir() / f"{_dataset_key(path)}_{digest}_{size[0]}x{size[1]}.u8"
+
+
+@contextmanager
+def _frame_cache_lock(path: Path) -> Iterator[None]:
+    """Held while dataset `path`'s frame caches are looked up and written: a process that finds them missing while
+    another writes them waits, then maps the other's files (two training seeds started side by side would otherwise
+    both decode the dataset and each hold a copy of its frames on disk)."""
+    locks = frame_cache_dir() / LOCKS
+    locks.mkdir(parents=True, exist_ok=True)
+    with open(locks / _dataset_key(path), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def drop_frame_caches(path: Path) -> int:
@@ -177,11 +194,12 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
             ends.append(np.full(len(act), offset + len(act) - 1))
             offset += len(act)
         caches = {c: frame_cache_file(path, names, c, size) for c in policy.cameras}
-        images = {c: _mapped_frames(file, offset, size) for c, file in caches.items()}
-        missing = [c for c, frames in images.items() if frames is None]
-        if missing:
-            _write_frame_caches(reader, names, {c: caches[c] for c in missing}, size)
-            images.update({c: _mapped_frames(caches[c], offset, size) for c in missing})
+        with _frame_cache_lock(path):  # trainings started together write a dataset's frames once
+            images = {c: _mapped_frames(file, offset, size) for c, file in caches.items()}
+            missing = [c for c, frames in images.items() if frames is None]
+            if missing:
+                _write_frame_caches(reader, names, {c: caches[c] for c in missing}, size)
+                images.update({c: _mapped_frames(caches[c], offset, size) for c in missing})
     return LoadedDataset(
         path=str(path), domain=domain, weight=float(entry.weight), images=images,
         proprio=np.concatenate(proprio), actions=np.concatenate(actions),
