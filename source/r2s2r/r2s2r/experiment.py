@@ -16,7 +16,8 @@ A stage whose outputs exist is skipped (every script publishes its output only w
 unfinished work), so an interrupted experiment continues where it stopped and a long one can be completed over
 several runs. Independent stages run side by side (`jobs`). Each stage's wall time and CPU time (its process and
 the processes it waited for: what it costs whatever else shares the machine) go to `stages.json`, its output to
-`logs/<stage>.log`. Once every training that reads a dataset is over, its frame cache is deleted
+`logs/<stage>.log`, and a generation's progress (a line per finished chunk: admitted so far, the run's ETA) to
+`logs/<stage>.chunks.jsonl`. Once every training that reads a dataset is over, its frame cache is deleted
 (`policy.data.drop_frame_caches`: at the study's scale a simulated dataset's frames take ~14 GB).
 """
 
@@ -160,8 +161,9 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
         extra = [f"generator.source={paths['real'].absolute()}"] if behaviour == "grounded" else []
         stages.append(Stage(f"sim_{cfg}", _script(
             "generate.py", "--task", task, "--num-trajectories", scale.sim_trajectories, "--output",
-            paths[f"sim_{cfg}"], "--seed", 0, "--no-progress", f"env.cameras=[{cams}]", f"env.image_size=[{size},{size}]",
-            *extra, *scale.sim_overrides), [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
+            paths[f"sim_{cfg}"], "--seed", 0, "--no-progress", "--log-json", run_dir / "logs" / f"sim_{cfg}.chunks.jsonl",
+            f"env.cameras=[{cams}]", f"env.image_size=[{size},{size}]", *extra, *scale.sim_overrides),
+            [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
     # The seeds of a policy one after the other: the two runs side by side share one dataset's frame cache.
     for name, (mixture, extra) in policies(scale).items():
         datasets = ", ".join(f"{{path: {paths[s].absolute()}, weight: {w}}}" for s, w in mixture)
