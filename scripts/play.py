@@ -23,8 +23,9 @@ isaac_rtx. Its physics is its config's, so Isaac Lab's own --physics is not take
 --mujoco-physics. With --num_envs N it plays N episodes at a time side by side, episode k in environment k mod N,
 each as it plays alone (its seed, its draw, its own copy of the controller).
 
-Each video frame tiles the chosen cameras side by side (after the lens model), one row per environment. The episode outcome (success or
-the named failure) is printed per episode. The video is written to a temporary name and renamed when complete.
+Each video frame tiles the chosen cameras side by side (after the lens model), one row per environment. The
+episode outcome (success or the named failure) is printed per episode. The video is written to a temporary name and
+renamed when complete.
 """
 
 from __future__ import annotations
