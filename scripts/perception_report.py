@@ -51,10 +51,13 @@ def main(argv=None) -> int:
         if not isinstance(agent, ObjectCentricAgent):
             raise CheckpointError(f"--checkpoint {args.checkpoint}: a flow-transformer policy; expected an "
                                   "object-centric one (policy.kind=object_centric), which estimates the object")
+        if agent.uses_tracking:
+            raise CheckpointError(f"--checkpoint {args.checkpoint}: its head reads the cell's tracking "
+                                  "(object_centric.perception=tracking); it has no perception to report")
         policy_cfg = dataclasses.replace(agent.cfg, proprio=HEAD_PROPRIO)
         data = load_dataset(DatasetCfg(path=args.dataset), policy_cfg)
         report = perception_report(agent.policy, agent.locator, policy_cfg.cameras[0], data,
-                                   1.0 / agent.tracker.dt)
+                                   1.0 / agent.tracker.dt, agent.tracker.belt_top)
     except (CheckpointError, ConfigError, DatasetError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -394,6 +394,7 @@ def test_perception_report_names_each_axis_bias_and_each_objects():
     assert capsule["regression"] == pytest.approx({"x": 0.0, "y": 1.0, "z": 2.0}, abs=0.01)
     assert capsule["measurement"]["y"] == pytest.approx(1.0, abs=0.01)
     assert capsule["tracker"]["y"] == pytest.approx(1.0, abs=0.05)
+    assert capsule["tracker"]["z"] == pytest.approx(2.0, abs=0.05)  # the height the tracker holds
     assert capsule["tracker_across_belt"]["median_cm"] == pytest.approx(1.0, abs=0.05)
     assert cube["regression"] == pytest.approx({"x": 0.0, "y": 0.0, "z": 0.0}, abs=0.01)
     assert abs(cube["tracker"]["y"]) < 0.05
@@ -511,35 +512,58 @@ def test_the_locator_measures_sharp_keypoints_through_the_camera_and_nothing_els
     var = np.full((3, 3), 1e-4)
     pixels = geometry.project(truth)
     spread = np.array([2.0, 6.0, 20.0])
-    measured, measured_var = locator(mean, var, pixels, spread)  # a world-fixed camera: no hand pose needed
+    measured, measured_var, drift = locator(mean, var, pixels, spread)  # a world-fixed camera: no hand pose needed
     np.testing.assert_allclose(measured[:2, :3], truth[:2], atol=1e-9)
+    # The drift moves a measured point along its ray: at another height it still projects to the keypoint's pixel.
+    moved = measured[:2, :3] + np.column_stack([0.03 * drift[:2], np.full(2, 0.03)])
+    np.testing.assert_allclose(geometry.project(moved), pixels[:2], atol=1e-6)
+    assert (drift[2] == 0).all()
     np.testing.assert_array_equal(measured[:, 3:], mean[:, 3:])
     assert (measured_var[2] == BLIND_VAR).all()
     # A keypoint twice as spread is trusted less; one pixel is about a centimetre at the pick zone.
     assert 0.002 < np.sqrt(measured_var[0, :2]).max() < 0.02
     assert (measured_var[1, :2] > measured_var[0, :2]).all()
     passed = ObjectLocator(None)(mean, var, pixels, spread)
-    assert passed[0] is mean and passed[1] is var
+    assert passed[0] is mean and passed[1] is var and (passed[2] == 0).all()
 
 
-def test_an_object_resting_on_the_belt_is_located_at_its_estimated_half_height_above_it():
-    """height_from_size: a regressed height 1 cm off moves the located point across the belt by most of a
-    centimetre; taken from the belt's top and the estimated size it does not. A lifted object keeps its regressed
-    height."""
+def test_a_resting_object_is_tracked_at_the_belt_top_plus_its_fused_half_height():
+    """height_from_size: the regression reads every frame 1 cm high, which moves the located point across the belt
+    by most of a centimetre; the tracker given the belt's top moves each measurement along its ray to the belt's top
+    plus the half height fused over the episode, so a frame whose size is misread while the arm hides the object
+    (large variance) barely moves it. A lifted object keeps its regressed height."""
     geometry = CameraGeometry("grounded", "head_left", 128, 128)
-    half = np.array([0.02, 0.03, 0.025])
-    resting = np.array([[0.05, 0.02, geometry.belt_top + half[2]], [-0.15, -0.04, geometry.belt_top + half[2]]])
-    lifted = np.array([[0.1, 0.1, geometry.belt_top + half[2] + 0.08]])
-    truth = np.concatenate([resting, lifted])
-    mean = np.zeros((3, 11))
-    mean[:, SIZE] = half
-    mean[:, 2] = truth[:, 2] + 0.01  # the regression 1 cm high
-    var, spread, pixels = np.full((3, 3), 1e-4), np.full(3, 2.0), geometry.project(truth)
-    regressed, _ = ObjectLocator(geometry, LocatorCfg())(mean, var, pixels, spread)
-    from_size, _ = ObjectLocator(geometry, LocatorCfg(belt_top=geometry.belt_top))(mean, var, pixels, spread)
-    assert np.all(np.linalg.norm(regressed[:2, :2] - truth[:2, :2], axis=1) > 0.005)
-    np.testing.assert_allclose(from_size[:2, :3], resting, atol=1e-9)
-    np.testing.assert_allclose(from_size[2], regressed[2])  # lifted: as regressed
+    locator = ObjectLocator(geometry, LocatorCfg())
+    half, dt, speed = np.array([0.02, 0.03, 0.025]), 0.05, 0.1
+    start = np.array([-0.3, 0.02, geometry.belt_top + half[2]])
+
+    def frames(hidden: set[int], lifted_from: int = 1000):
+        for t in range(60):
+            truth = start + [speed * dt * t, 0.0, 0.08 if t >= lifted_from else 0.0]
+            mean = np.zeros((1, 11))
+            mean[0, :3], mean[0, SIZE] = truth + [0.0, 0.0, 0.01], half  # the regression 1 cm high
+            var = np.full((1, 3), 0.003**2)
+            if t in hidden:  # the size misread, and the estimator unsure
+                mean[0, SIZE], var[:] = 3 * half, 0.04**2
+            yield truth, locator(mean, var, geometry.project(truth[None]), np.array([2.0]))
+
+    for resting_on, hidden in ((None, set()), (geometry.belt_top, set(range(40, 60, 3)))):
+        tracker = BeltTracker(dt, belt_top=resting_on)
+        errors = []
+        for truth, (mean, var, drift) in frames(hidden):
+            state = tracker.update(mean[0], var[0], speed, drift[0])
+            errors.append(np.abs(state[:3] - truth))
+        late = np.max(errors[20:], axis=0)
+        if resting_on is None:
+            assert late[1] > 0.005 and late[2] > 0.008  # across the belt and in height, as the regression is off
+        else:
+            assert late.max() < 0.001, late
+    tracker = BeltTracker(dt, belt_top=geometry.belt_top)
+    for truth, (mean, var, drift) in frames(set(), lifted_from=40):
+        state = tracker.update(mean[0], var[0], speed, drift[0])
+    assert abs(state[2] - (truth[2] + 0.01)) < 0.003  # lifted: the regressed height, where the ray meets it
+    with pytest.raises(ValueError, match="drift"):
+        BeltTracker(dt, belt_top=geometry.belt_top).update(mean[0], var[0], speed)
 
 
 class _Payload:

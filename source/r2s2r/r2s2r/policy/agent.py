@@ -121,7 +121,8 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
         policy = build_policy(payload, path=path)
         return PolicyAgent(policy, name=str(path), seed=seed, device=device,
                            cfg=with_execution(policy.cfg, execution))
-    from r2s2r.policy.object_centric import ObjectCentricAgent, ObjectCentricPolicy, object_locator, phased_belt_top
+    from r2s2r.policy.object_centric import (ObjectCentricAgent, ObjectCentricPolicy, object_locator, phased_belt_top,
+                                             resting_belt_top)
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
@@ -130,4 +131,4 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
                               name=str(path), action_frame=oc.action_frame, perception=oc.perception,
-                              belt_top=phased_belt_top(oc))
+                              belt_top=phased_belt_top(oc), resting_belt_top=resting_belt_top(oc))

@@ -214,10 +214,9 @@ class ObjectCentricCfg:
     # product). `tracking`: the cell's own object tracking (the real cell's `tracking` group; the simulator's truth
     # in simulation), no estimator: a diagnostic that measures the head's closed loop without perception's error.
     perception: str = "camera"
-    # The located object's height on the belt: the belt's top plus the estimated half height (see
-    # object_centric.LocatorCfg.belt_top), instead of the regressed height. Off by default: it removes a per-object
-    # height bias, but a size misjudged while the arm hides the object lifts the located point by centimetres
-    # (docs/results.md).
+    # The height of an object resting on the belt: the belt's top plus the half height the tracker has fused over
+    # the episode (object_centric.BeltTracker), instead of each frame's regressed height, which one oblique view
+    # biases per object (docs/results.md, perception on held-out demos).
     height_from_size: bool = False
 
     def validate(self) -> ObjectCentricCfg:

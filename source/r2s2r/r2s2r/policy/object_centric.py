@@ -50,6 +50,7 @@ SETPOINT = 34  # the set-point's column there
 # Tracked state (`BeltTracker.update`): object position, velocity, position std, yaw features, size, bin position.
 TRACKED_DIM = 3 + 3 + 3 + 2 + 3 + 3
 TRACKED_BIN = slice(14, 17)  # its bin position
+TRACKED_HALF_HEIGHT = 13  # its half extent along z (the size's last)
 # The head's state input: the tracked state with positions relative to the hand, plus the object's offset from the
 # hand seen through NEAR_FIELD * tanh(offset / NEAR_FIELD). Normalized over whole demos the offset has a std of
 # 10-30 cm, so the centimetre the grasp tolerates is a few hundredths of a unit; the saturated copy keeps the last
@@ -204,11 +205,6 @@ class LocatorCfg:
     max_spread_px: float = 8.0
     std_floor_px: float = 0.5
     std_per_spread: float = 0.25  # the keypoint's pixel std per pixel of spread
-    # The belt's top surface height (m) in the camera's world, or None. Given, an object whose regressed height is
-    # within RESTING_MARGIN of resting on the belt is placed at the belt's top plus its estimated half height: the
-    # size is seen from every side, while the height through one oblique view is biased per object, and a height
-    # error h moves the located point across the belt by about 0.8 h (object_centric.height_from_size).
-    belt_top: float | None = None
 
 
 RESTING_MARGIN = 0.02  # m: regressed higher than this above resting on the belt, the object is taken as lifted
@@ -232,15 +228,14 @@ class ObjectLocator:
                  ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Estimator outputs (B, 11), position variances (B, 3), keypoint pixels (B, 2) and spreads (B,), and the
         hand's pose (B, 7) at those frames (needed for a wrist camera, whose pose follows it) -> the measurement
-        (B, 11) in metres and its position variance (B, 3) in m^2."""
+        (B, 11) in metres, its position variance (B, 3) in m^2, and its ray's horizontal drift per metre of height
+        (B, 2; zero where the frame measured nothing), with which the tracker moves the point to another height."""
+        drift_out = np.zeros((len(mean), 2))
         if self.geometry is None:
-            return mean, var
+            return mean, var, drift_out
         sharp = np.flatnonzero(spread <= self.cfg.max_spread_px)
         height_var = var[sharp, 2]
         mean, var = mean.copy(), np.full_like(var, BLIND_VAR)
-        if self.cfg.belt_top is not None:
-            resting = self.cfg.belt_top + mean[:, SIZE][:, 2]
-            mean[:, 2] = np.where(mean[:, 2] < resting + RESTING_MARGIN, resting, mean[:, 2])
         ee_pose = None if ee_pose is None else np.asarray(ee_pose)[sharp]
         point, drift = self.geometry.locate(pixels[sharp], mean[sharp, 2], ee_pose)
         c = self.cfg
@@ -250,7 +245,8 @@ class ObjectLocator:
         mean[sharp, :2] = point[:, :2]
         var[sharp, :2] = planar + drift**2 * height_var[:, None]
         var[sharp, 2] = height_var
-        return mean, var
+        drift_out[sharp] = drift
+        return mean, var, drift_out
 
 
 class CameraGeometry:
@@ -343,8 +339,7 @@ def object_locator(cfg) -> ObjectLocator:
     if not oc.keypoint_weight or oc.perception == "tracking":
         return ObjectLocator(None)
     h, w = cfg.policy.image_size
-    geometry = CameraGeometry(oc.keypoint_world, cfg.policy.cameras[0], w, h)
-    return ObjectLocator(geometry, LocatorCfg(belt_top=geometry.belt_top if oc.height_from_size else None))
+    return ObjectLocator(CameraGeometry(oc.keypoint_world, cfg.policy.cameras[0], w, h))
 
 
 class ActionHead(nn.Module):
@@ -388,11 +383,19 @@ class TrackerCfg:
 
 
 class BeltTracker:
-    """Object state over time from per-frame estimates, carried along the belt through occlusion."""
+    """Object state over time from per-frame estimates, carried along the belt through occlusion.
 
-    def __init__(self, dt: float, cfg: TrackerCfg | None = None):
+    With `belt_top` (the belt's top surface height in the camera's world; `object_centric.height_from_size`), a
+    measured object whose regressed height is within RESTING_MARGIN of resting on the belt is moved along its ray
+    (`drift`, from `ObjectLocator`) to where it rests: the belt's top plus the half height the tracker has fused
+    over the episode. Through one oblique view the regressed height is biased per object, and a height error h
+    moves the located point across the belt by about 0.8 h; the fused size is seen over every frame of the
+    episode, which a single frame's size, misread while the arm hides the object, is not."""
+
+    def __init__(self, dt: float, cfg: TrackerCfg | None = None, belt_top: float | None = None):
         self.dt = dt
         self.cfg = cfg or TrackerCfg()
+        self.belt_top = belt_top
         self.x: np.ndarray | None = None  # (6,) position | velocity
         self.P = np.zeros((6, 6))
         self.attributes = np.zeros(LABEL_DIM - 3)  # yaw features, size, bin position
@@ -411,12 +414,28 @@ class BeltTracker:
         self.x = np.concatenate([position, velocity])
         self.P = np.diag(np.concatenate([var, velocity_std**2]))
 
-    def update(self, mean: np.ndarray, var: np.ndarray, setpoint: float) -> np.ndarray:
-        """Fuse one estimate (mean (11,) in metres, position variance (3,) m^2); returns the state (TRACKED_DIM,): position,
-        velocity, position std, then the yaw features, size and bin position."""
+    def update(self, mean: np.ndarray, var: np.ndarray, setpoint: float, drift: np.ndarray | None = None) -> np.ndarray:
+        """Fuse one estimate (mean (11,) in metres, position variance (3,) m^2, and its ray's horizontal drift (2,)
+        per metre of height, needed with `belt_top`); returns the state (TRACKED_DIM,): position, velocity, position
+        std, then the yaw features, size and bin position."""
         c = self.cfg
         var = np.maximum(var, c.min_var)
-        z = mean[POS]
+        # Yaw, size and bin: averages weighted by how sure the estimator is where the object is; the yaw's forgets
+        # old frames (TrackerCfg.yaw_memory).
+        w = 1.0 / float(np.mean(var))
+        self.yaw_weight = c.yaw_memory * self.yaw_weight + w
+        self.constant_weight += w
+        gain = np.full(len(self.attributes), w / self.constant_weight)
+        gain[:YAW.stop - YAW.start] = w / self.yaw_weight
+        self.attributes += gain * (mean[3:] - self.attributes)
+        z = mean[POS].copy()
+        if self.belt_top is not None:
+            if drift is None:
+                raise ValueError("BeltTracker.update: a tracker given belt_top needs each measurement's drift")
+            resting = self.belt_top + self.attributes[SIZE.stop - 1 - POS.stop]  # the fused half height
+            if z[2] < resting + RESTING_MARGIN:
+                z[:2] += drift * (resting - z[2])
+                z[2] = resting
         if self.x is None:  # the first frame, however unsure: its variance says how little it is worth
             along, across = c.velocity_prior_std
             self._start(z, var, np.array([setpoint, 0.0, 0.0]), np.array([along, across, across]))
@@ -432,14 +451,6 @@ class BeltTracker:
                     K = self.P[:, :3] @ np.linalg.inv(S)
                     self.x = self.x + K @ innovation
                     self.P = self.P - K @ self.P[:3, :]
-        # Yaw, size and bin: averages weighted by how sure the estimator is where the object is; the yaw's forgets
-        # old frames (TrackerCfg.yaw_memory).
-        w = 1.0 / float(np.mean(var))
-        self.yaw_weight = c.yaw_memory * self.yaw_weight + w
-        self.constant_weight += w
-        gain = np.full(len(self.attributes), w / self.constant_weight)
-        gain[:YAW.stop - YAW.start] = w / self.yaw_weight
-        self.attributes += gain * (mean[3:] - self.attributes)
         return np.concatenate([self.x, np.sqrt(np.diag(self.P)[:3]), self.attributes])
 
 
@@ -520,20 +531,28 @@ class ObjectCentricPolicy(nn.Module):
         return (self.head(x) * self.action_std + self.action_mean).numpy().astype(float)
 
 
-TRACKED_HALF_HEIGHT = 13  # the tracked state's column of the object's half extent along z
-
-
 def belt_top(cell) -> float:
     """The belt's top surface height (m) of a cell description (`r2s2r.cell.spec`)."""
     return float(cell.belt.center[2])
 
 
-def phased_belt_top(oc) -> float | None:
-    """The belt height a phased action frame (PHASED_FRAMES) tells a lifted object by, from the calibrated world of
-    `oc` (ObjectCentricCfg.keypoint_world); None for the frames that need none."""
+def world_belt_top(oc) -> float:
+    """The belt's top surface height (m) in the calibrated world of `oc` (ObjectCentricCfg.keypoint_world)."""
     from r2s2r.cell.world import load_world
 
-    return belt_top(load_world(oc.keypoint_world).cell) if oc.action_frame in PHASED_FRAMES else None
+    return belt_top(load_world(oc.keypoint_world).cell)
+
+
+def phased_belt_top(oc) -> float | None:
+    """The belt height a phased action frame (PHASED_FRAMES) tells a lifted object by; None for the frames that
+    need none."""
+    return world_belt_top(oc) if oc.action_frame in PHASED_FRAMES else None
+
+
+def resting_belt_top(oc) -> float | None:
+    """The belt height the tracker places a resting object on (`BeltTracker`, object_centric.height_from_size);
+    None when the regressed height is kept."""
+    return world_belt_top(oc) if oc.height_from_size and oc.perception == "camera" else None
 
 
 def carried(tracked: np.ndarray, belt_top: float) -> np.ndarray:
@@ -583,7 +602,8 @@ class ObjectCentricAgent:
 
     def __init__(self, policy: ObjectCentricPolicy, cfg, locator: ObjectLocator, control_hz: float,
                  name: str = "policy", threads: int | None = 1, action_frame: str = "hand",
-                 perception: str = "camera", belt_top: float | None = None):
+                 perception: str = "camera", belt_top: float | None = None,
+                 resting_belt_top: float | None = None):
         if threads:
             torch.set_num_threads(threads)
         self.policy = policy.eval()
@@ -594,7 +614,8 @@ class ObjectCentricAgent:
         self.belt_top = belt_top  # where a `*_bin` frame tells an object on the belt from one in the hand
         # With `perception=tracking` the agent reads the cell's `tracking` group (a diagnostic; see ObjectCentricCfg).
         self.uses_tracking = perception == "tracking"
-        self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else BeltTracker(1.0 / control_hz)
+        self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else \
+            BeltTracker(1.0 / control_hz, belt_top=resting_belt_top)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
         self.chunks = ActionChunks(cfg.execute, cfg.ensemble)
 
@@ -624,9 +645,9 @@ class ObjectCentricAgent:
                 raise ValueError(f"{self.name}: the policy observes camera {self.cfg.cameras[0]!r} at "
                                  f"{list(self.cfg.image_size)} pixels; the observation has "
                                  f"{ {k: list(v.shape[:2]) for k, v in obs.get('images', {}).items()} }")
-            mean, var = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]),
-                                     proprio[None, EE_POSE])
-            tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]))
+            mean, var, drift = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]),
+                                            proprio[None, EE_POSE])
+            tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]), drift[0])
         self.tracked = tracked
         if self.chunks.wants_chunk:
             ee = proprio[EE_POS]

@@ -34,10 +34,9 @@ from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, wei
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_BIN, TRACKED_DIM, BeltTracker, ExactTracker,
-                                         ObjectCentricPolicy,
-                                         ObjectLocator, Photometric, action_anchor, estimator_loss, head_input,
-                                         keypoint_loss, near_field, object_locator, phased_belt_top, relative_actions,
-                                         to_unit)
+                                         ObjectCentricPolicy, ObjectLocator, Photometric, action_anchor, estimator_loss,
+                                         head_input, keypoint_loss, near_field, object_locator, phased_belt_top,
+                                         relative_actions, resting_belt_top, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
 
@@ -70,18 +69,20 @@ def _split_holdout(d: LoadedDataset, demos: int) -> tuple[LoadedDataset, LoadedD
 
 
 def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
-            d: LoadedDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The tracker's measurements of every frame of `d` (as deployed): means (T, 11) and position variances
-    (T, 3); and the estimator's own regressed positions (T, 3)."""
+            d: LoadedDataset) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The tracker's measurements of every frame of `d` (as deployed): means (T, 11), position variances (T, 3)
+    and their rays' drifts (T, 2); and the estimator's own regressed positions (T, 3)."""
     parts = [model.estimate(d.images[camera][i:i + 256]) for i in range(0, len(d), 256)]
     mean, var, pixels, spread = (np.concatenate([p[k] for p in parts]) for k in range(4))
     return (*locator(mean, var, pixels, spread, d.proprio[:, EE_POSE]), mean[:, POS])
 
 
-def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, control_hz: float) -> np.ndarray:
-    """The tracker's state (T, TRACKED_DIM) at every step of every demo of `d`, from its measurements."""
-    tracker = BeltTracker(1.0 / control_hz)
-    return run_tracker(d, tracker, lambda t: tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT])))
+def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, drift: np.ndarray, control_hz: float,
+          belt_top: float | None) -> np.ndarray:
+    """The tracker's state (T, TRACKED_DIM) at every step of every demo of `d`, from its measurements (`measure`);
+    `belt_top` as `BeltTracker` takes it."""
+    tracker = BeltTracker(1.0 / control_hz, belt_top=belt_top)
+    return run_tracker(d, tracker, lambda t: tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]), drift[t]))
 
 
 def run_tracker(d: LoadedDataset, tracker, update) -> np.ndarray:
@@ -94,23 +95,28 @@ def run_tracker(d: LoadedDataset, tracker, update) -> np.ndarray:
     return out
 
 
+# m: an object this far above where it rode has left the belt (the demos' objects settle by about a millimetre).
+LEAVES_BELT = 0.003
+
+
 def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str, d: LoadedDataset,
-                      control_hz: float) -> dict:
+                      control_hz: float, belt_top: float | None = None) -> dict:
     """Position errors (cm, in the belt plane) of a trained policy's perception on the demos of `d` (demos it did
     not train on, for a fair figure), against the object poses the demos store: the per-frame measurement where
     the keypoint measured (and how often it did), the estimator's regressed position, and the tracker (also across
-    the belt alone, where the grasp tolerates about 1 cm). Over the approach (every frame before the lift) and the
-    grasp window (the last second before the object first rises 2 cm off where it rode).
+    the belt alone, where the grasp tolerates about 1 cm). Over the approach (every frame before the object first
+    rises 2 cm off where it rode) and the grasp window (the last second before it leaves the belt, LEAVES_BELT:
+    where the hand closes on it; once it rises its height is the hand's doing).
 
-    `bias` gives the signed medians (estimate minus truth, cm) along the belt (x), across it (y) and, for the
-    measurement (the height the locator used) and the regression, in height (z): an error that keeps its sign from
-    frame to frame survives the tracker's averaging, and through an oblique camera a height error becomes one across
-    the belt. `carry` reads the bin the head carries the object to, from the lift to the demo's end: the tracked bin
-    position's error, and how often the nearest of the bins the demos go to is another than the demo's own (a bin
-    taken for another colour's). `by_object` gives the grasp window's bias and the carry's wrong-bin fraction per
-    object, where an object the estimator misjudges shows."""
-    mean, var, regressed = measure(model, locator, camera, d)
-    state = track(d, mean, var, control_hz)
+    `bias` gives the signed medians (estimate minus truth, cm) along the belt (x), across it (y) and in height (z;
+    for the measurement, the height the locator used): an error that keeps its sign from frame to frame survives the
+    tracker's averaging, and through an oblique camera a height error becomes one across the belt. `carry` reads
+    the bin the head carries the object to, from the lift to the demo's end: the tracked bin position's error, and
+    how often the nearest of the bins the demos go to is another than the demo's own (a bin taken for another
+    colour's). `by_object` gives the grasp window's bias and the carry's wrong-bin fraction per object, where an
+    object the estimator misjudges shows. `belt_top` as `BeltTracker` takes it (object_centric.height_from_size)."""
+    mean, var, drift, regressed = measure(model, locator, camera, d)
+    state = track(d, mean, var, drift, control_hz, belt_top)
     truth = d.labels[:, POS]
     approach, window, carry = np.zeros(len(d), bool), np.zeros(len(d), bool), np.zeros(len(d), bool)
     demo_of = np.searchsorted(np.unique(d.demo_start), d.demo_start)
@@ -118,8 +124,9 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
         z = truth[s:d.demo_end[s] + 1, 2]
         lifted = np.flatnonzero(z > z[0] + 0.02)
         if len(lifted):
+            left = int(np.flatnonzero(z > z[0] + LEAVES_BELT)[0])
             approach[s:s + lifted[0]] = True
-            window[max(s, s + lifted[0] - int(control_hz)):s + lifted[0]] = True
+            window[max(s, s + left - int(control_hz)):s + left] = True
             carry[s + lifted[0]:d.demo_end[s] + 1] = True
     bins = np.unique(np.round(d.labels[:, BIN], 3), axis=0)  # the bins the demos go to
 
@@ -128,9 +135,9 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
 
     wrong_bin = nearest_bin(state[:, TRACKED_BIN]) != nearest_bin(d.labels[:, BIN])
     measured = var.max(axis=1) < BLIND_VAR
-    # Estimate minus truth (cm) per axis: x, y (and the regression's z).
+    # Estimate minus truth (cm) per axis: x, y, z.
     signed = {"measurement": 100 * (mean[:, :3] - truth), "regression": 100 * (regressed - truth),
-              "tracker": 100 * (state[:, :2] - truth[:, :2])}
+              "tracker": 100 * (state[:, :3] - truth)}
     errors = {f"{name}_xy": np.linalg.norm(err[:, :2], axis=1) for name, err in signed.items()}
     errors["tracker_across_belt"] = np.abs(signed["tracker"][:, 1])
 
@@ -290,7 +297,8 @@ class ObjectCentricTrainer:
         """The tracker's state at every step of every demo of `d` (as deployed)."""
         oc = self.cfg.object_centric
         if oc.perception == "camera":
-            return track(d, *measure(self.model, self.locator, self.camera, d)[:2], oc.control_hz)
+            return track(d, *measure(self.model, self.locator, self.camera, d)[:3], oc.control_hz,
+                         resting_belt_top(oc))
         tracker = ExactTracker(1.0 / oc.control_hz)
         return run_tracker(d, tracker, lambda t: tracker.update(d.labels[t]))
 
@@ -393,8 +401,9 @@ class ObjectCentricTrainer:
             self.train_estimator(progress)
             save_checkpoint(stage1, self._payload("estimator"))
         if self.holdout is not None:
-            report = perception_report(self.model, self.locator, self.camera, self.holdout,
-                                       self.cfg.object_centric.control_hz)
+            oc = self.cfg.object_centric
+            report = perception_report(self.model, self.locator, self.camera, self.holdout, oc.control_hz,
+                                       resting_belt_top(oc))
             write_text_atomic(self.run_dir / "perception.json", json.dumps(report, indent=2))
         return resumed
 
