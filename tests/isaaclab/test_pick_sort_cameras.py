@@ -67,7 +67,7 @@ def record() -> dict[str, np.ndarray]:
     env.set_state(ahead.state())
     obs, *_ = env.step(torch.tensor(hold, dtype=torch.float32)[None])
     keep("belt", obs)
-    belt_state = out["belt/state"]
+    belt_state, belt_gain = out["belt/state"], env.light_gain[0].copy()
     moved = hold.copy()
     moved[:7] += ARM
     for _ in range(4):
@@ -79,6 +79,12 @@ def record() -> dict[str, np.ndarray]:
     env.reset(seed=REPAINT_SEED)
     env.set_state(belt_state)
     keep("repainted", env.observe())
+    # The same state under the `lighting` condition's episode of SEED: its lights drawn brighter or dimmer and
+    # tinted; the reset event paints the gain (mdp.light_gains) into the colours.
+    env.reset(seed=SEED, options={"condition": "lighting"})
+    env.set_state(belt_state)
+    keep("lit", env.observe())
+    out["lit/gain"] = env.light_gain[0] / belt_gain  # relative to the nominal episode's draw
 
     for name in CAMERAS:  # one camera's frame: the sensor's render, then the lens
         env.looks.show_to(name)
@@ -112,6 +118,7 @@ def frames() -> dict[str, tuple[dict, dict]]:
         out[frame] = (ours(frame), ref.observe()["images"])
     ref.close()
     out["repainted"] = (ours("repainted"), None)
+    out["lit"] = (ours("lit"), data["lit/gain"])
     out["ms"] = {name: data[f"ms/{name}"] for name in CAMERAS}
     return out
 
@@ -132,15 +139,17 @@ def iou(a: np.ndarray, b: np.ndarray) -> float:
 # - where a surface is hit (foreground against the empty background): IoU 1.000;
 # - depth: every pixel hit in both agrees to 1 cm (median difference 0.00 mm);
 # - colour classes shown by >= MIN_COLOUR_PIXELS reference pixels: IoU 0.867-1.000;
-# - mean absolute level difference: 2.7-13 on the wrist cameras, 34-38 on the head cameras. Newton lights the cell
-#   with its default directional light and an ambient term, MuJoCo with the cell's spot lights: the head cameras
-#   see a floor lit evenly in one and in a pool of light in the other.
+# - mean absolute level difference: 11-19 on the wrist cameras, 29 on the head cameras (Newton's ray tracer 10-18
+#   levels brighter on average). Newton lights the cell with the cell's key light as a directional light over an
+#   ambient term, MuJoCo with the cell's two spot lights and its headlight: the head cameras see a floor lit evenly
+#   in one and in a pool of light in the other. With Newton's default light (from (1, -1, 1)) the head cameras
+#   differed by 34-38 levels.
 HIT_IOU = 0.97
 DEPTH_TOL = 0.01  # m
 DEPTH_AGREE = 0.97  # fraction of the pixels hit in both
 COLOUR_IOU = 0.8
 MIN_COLOUR_PIXELS = 30
-LEVEL_TOL = 50  # mean absolute difference in 0-255 levels: catches a wrong or blank image, not lighting
+LEVEL_TOL = 33  # mean absolute difference in 0-255 levels: a wrong or blank image, or the renderer's default light
 
 
 def test_images_have_the_configured_shape_and_show_the_cell(frames):
@@ -199,6 +208,28 @@ def test_each_episode_shows_its_own_colours(frames):
         capsule = (before == 1) & (after != 1)  # red before, not after: the capsule (the red bin stays red)
         assert capsule.sum() > 10, name
         assert (after[capsule] == channel).mean() > 0.9, name
+
+
+def _linear(img: np.ndarray) -> np.ndarray:
+    """Display (sRGB) levels 0-255 -> linear light 0-1."""
+    c = img.astype(float) / 255.0
+    return np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def test_an_episodes_lighting_scales_the_light_each_surface_reflects(frames):
+    """The same state under SEED's nominal episode and its `lighting` episode: every surface reflects the ratio of
+    the two episodes' light gains (per channel, in linear light) times what it reflected before, up to the lens'
+    blur at edges and 8-bit rounding."""
+    (nominal, _), (lit, gain) = frames["belt"], frames["lit"]
+    assert np.abs(gain - 1.0).max() > 0.15, gain  # a draw that shows
+    for name in ("head_left", "right_wrist"):
+        before, after = _linear(nominal[name]), _linear(lit[name])
+        # Pixels lit well above the 8-bit floor and below saturation in both images.
+        usable = (before > 0.05).all(-1) & (before * gain < 0.9).all(-1) & (after < 0.95).all(-1)
+        assert usable.mean() > 0.2, name
+        ratio = np.median(after[usable] / before[usable], axis=0)
+        print(f"{name}: gain {np.round(gain, 3)}, measured {np.round(ratio, 3)}")
+        np.testing.assert_allclose(ratio, gain, rtol=0.03, err_msg=name)
 
 
 def test_render_time(frames):

@@ -44,7 +44,9 @@ import numpy as np
 import torch
 from isaaclab.envs import DirectRLEnv
 from isaaclab.utils.math import make_pose, matrix_from_quat, quat_from_angle_axis, quat_from_matrix, unmake_pose
+import warp as wp
 from newton import ShapeFlags
+from newton.utils import color_linear_to_srgb, color_srgb_to_linear
 
 from r2s2r.cell import usd
 from r2s2r.cell.mjcf import CellIndex, arm_joint_names, build_model, hand_joint_names, object_body_name
@@ -87,9 +89,15 @@ class NewtonLooks:
     capsules (beside their joint rings) and the belt's surface (under its slats). Those are shown again, except to
     a camera inside one (a camera mounted within a link's capsule): MuJoCo's renderers do not draw a surface
     from inside (GL culls back faces; MuJoCo Warp's ray tracer skips it) while Newton's ray tracer would fill that
-    camera's view with it."""
+    camera's view with it.
 
-    def __init__(self, manager, model: mujoco.MjModel, env_paths: list[str], cameras: list[str]):
+    Light: Newton's ray tracer shades with lights shared by every environment (world-space, so a spot light would
+    light one environment's cell only), without colour or intensity, over a hemispheric ambient term. The cell's
+    key light (its brightest) becomes its one directional light, in the key light's direction; each episode's
+    lighting (`mdp.light_gains`) multiplies its environment's colours. What this cannot show: the fill light's own
+    direction and a shifted light's moved position."""
+
+    def __init__(self, manager, sensor, model: mujoco.MjModel, env_paths: list[str], cameras: list[str]):
         self.manager = manager  # Isaac Lab's Newton manager: the Newton model and state
         newton_model = manager.get_model()
         labels = {label: s for s, label in enumerate(newton_model.shape_label)}
@@ -115,6 +123,10 @@ class NewtonLooks:
         home = mujoco.MjData(model)
         mujoco.mj_resetDataKeyframe(model, home, 0)
         mujoco.mj_forward(model, home)
+        key = int(np.argmax(model.light_diffuse.sum(axis=1)))
+        # `sensor` is the renderer's newton.sensors.SensorTiledCamera (Isaac Lab's NewtonWarpRenderer.newton_sensor).
+        sensor.utils.create_default_light(enable_shadows=sensor.default_render_config.enable_shadows,
+                                          direction=wp.vec3f(*home.light_xdir[key]))
         eyes = {name: home.cam_xpos[model.camera(name).id] for name in cameras}
         self.inside = {
             name: self.shapes[[_encloses(model, home, g, eye) for g in self.geoms]] for name, eye in eyes.items()
@@ -134,14 +146,17 @@ class NewtonLooks:
         model.bvh_build_shapes(self.manager.get_state_0())  # the ray tracer's BVH holds the visible shapes
         self.hidden = hidden
 
-    def paint(self, env_ids: list[int], colours: np.ndarray) -> None:
-        """Environments `env_ids`' geom colours ((len(env_ids), ngeom, 4), each its episode's paint) on Newton's
-        shapes. Newton's colours are display (sRGB) values, as MuJoCo's rgba are."""
+    def paint(self, env_ids: list[int], colours: np.ndarray, gains: np.ndarray) -> None:
+        """Environments `env_ids`' geom colours ((len(env_ids), ngeom, 4), each its episode's paint) under their
+        lighting (`gains`, (len(env_ids), 3), `mdp.light_gains`) on Newton's shapes. Newton's colours are display
+        (sRGB) values, as MuJoCo's rgba are; the light scales their linear values, as it scales reflected light."""
         model = self.manager.get_model()
         shape_colours = model.shape_color.numpy()
-        for i, rgba in zip(env_ids, colours):
+        for i, rgba, gain in zip(env_ids, colours, gains):
             mine = self.envs == i
-            shape_colours[self.shapes[mine]] = rgba[self.geoms[mine], :3]
+            lit = [color_linear_to_srgb(np.clip(np.multiply(color_srgb_to_linear(c), gain), 0.0, 1.0))
+                   for c in rgba[self.geoms[mine], :3]]
+            shape_colours[self.shapes[mine]] = lit
         model.shape_color.assign(shape_colours)  # in place: the renderer holds this array
 
 
@@ -176,7 +191,9 @@ class PickSortCellEnv(DirectRLEnv):
             self.single_observation_space["images"] = gym.spaces.Dict(images)
         self.looks = None
         if self.lenses and cfg.renderer == "newton_warp":
-            self.looks = NewtonLooks(self.sim.physics_manager, model, self.scene.env_prim_paths, list(self.lenses))
+            sensor = self.sim.get_or_create_backend(renderer).newton_sensor  # the cameras' shared renderer
+            self.looks = NewtonLooks(self.sim.physics_manager, sensor, model, self.scene.env_prim_paths,
+                                     list(self.lenses))
         self.right, self.left = self.scene["right_arm"], self.scene["left_arm"]
         self.conveyor = self.scene["conveyor"]
         self.contacts = self.scene["object_contacts"]
@@ -215,6 +232,7 @@ class PickSortCellEnv(DirectRLEnv):
         self.belt_rngs = [np.random.default_rng() for _ in range(n)]
         self.lifted = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.geom_rgba = np.tile(self.model.geom_rgba, (n, 1, 1))  # each episode's paint of the cell's geoms
+        self.light_gain = np.ones((n, 3))  # each episode's lighting relative to nominal (mdp.light_gains)
         self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(n)]
         self._pending = torch.zeros(n, 27, device=self.device)
         # ee_pose mode: the arm targets last sent, each IK's seed (set at reset and set_state, then per step)
@@ -291,7 +309,9 @@ class PickSortCellEnv(DirectRLEnv):
         self._arm_targets[ids] = ctrl[:, self.index.arm_act]
         self._write_state(ids, qpos, qvel, ctrl)
         self.sim.forward()  # the bodies' poses of the new states, which the observations read
-        self.geom_rgba[ids] = mdp.geom_colours(self.model, self.cell, episodes)  # shown by the `paint` event
+        # Shown by the `paint` event:
+        self.geom_rgba[ids] = mdp.geom_colours(self.model, self.cell, episodes)
+        self.light_gain[ids] = mdp.light_gains(episodes, self.lights_nominal[1])
 
     @property
     def lights_nominal(self) -> tuple[np.ndarray, np.ndarray]:

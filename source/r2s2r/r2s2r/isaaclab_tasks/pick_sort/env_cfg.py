@@ -73,7 +73,13 @@ MIMIC_SUBTASKS = {EEF: [
 
 # Isaac Lab's renderer configurations by the name `PickSortCellEnvCfg.renderer` takes. Newton Warp ray-traces the
 # Newton model kit-less (also on Warp's CPU device); Isaac RTX needs Kit (Isaac Sim on an RTX GPU).
-RENDERERS = {"newton_warp": NewtonWarpRendererCfg, "isaac_rtx": IsaacRtxRendererCfg}
+def newton_warp_cfg() -> NewtonWarpRendererCfg:
+    """Newton's ray tracer without its default light: the environment lights the cell with the cell's own key
+    light (`NewtonLooks`)."""
+    return NewtonWarpRendererCfg(create_default_light=False)
+
+
+RENDERERS = {"newton_warp": newton_warp_cfg, "isaac_rtx": IsaacRtxRendererCfg}
 
 
 def stage_path(cell: CellCfg) -> str:
@@ -162,11 +168,12 @@ def camera_cfg(
 
 def paint_episodes(env, env_ids: torch.Tensor) -> None:
     """Reset event: each reset environment's episode paint (`PickSortCellEnv.geom_rgba`, drawn with the episode from
-    its seed: the object's colour, the bins') on the shapes Newton's ray tracer draws. Without Newton cameras there
-    is nothing to paint."""
+    its seed: the object's colour, the bins') under its lighting (`PickSortCellEnv.light_gain`: the trial-to-trial
+    draw and the `lighting` condition's) on the shapes Newton's ray tracer draws. Without Newton cameras there is
+    nothing to paint."""
     if env.looks is not None:
         ids = [int(i) for i in env_ids]
-        env.looks.paint(ids, env.geom_rgba[ids])
+        env.looks.paint(ids, env.geom_rgba[ids], env.light_gain[ids])
 
 
 @configclass
