@@ -29,11 +29,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
-def run_script(name: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run `scripts/<name>` as a user would, from the repository root."""
+def run_script(name: str, *args: str, timeout: float = 600, cwd: Path = ROOT,
+               code: str | None = None) -> subprocess.CompletedProcess:
+    """Run `scripts/<name> args` as a user would, from `cwd` (the repository root unless given), without a test's
+    R2S2R_REALITY_FILE; with `code`, that Python runs first in the script's process."""
     env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    env.pop("R2S2R_REALITY_FILE", None)
+    path = str(ROOT / "scripts" / name)
+    command = [sys.executable, path, *args] if code is None else [
+        sys.executable, "-c", f"{code}\nimport runpy, sys\nsys.argv = {[path, *args]!r}\n"
+        f"runpy.run_path({path!r}, run_name='__main__')"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
 
 
 def script_module(name: str):

@@ -20,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +30,7 @@ import pytest
 from r2s2r.data import DatasetError, DemoWriter
 from r2s2r.data.hdf5 import check_dataset
 
-from conftest import run_script_in_process
+from conftest import run_script, run_script_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TASK = "R2S2R-PickSort-Real-v0"
@@ -324,20 +322,13 @@ def test_the_validator_refuses_it_naming_the_file_and_field(case, valid, tmp_pat
 
 
 # -- through the tools ------------------------------------------------------------------------------------------------
-def run_tool(script: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    env.pop("R2S2R_REALITY_FILE", None)
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=cwd)
-
-
 def refused(tool: str, args: list[str], cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
     """(exit status, stderr) of `tool` refusing its input. Run in this process (`run_script_in_process`: an
     exception fails the test, as a traceback would show when run as a program), except train.py, a Hydra application,
     which runs as a program and must print no traceback."""
     if tool != "train.py":
         return run_script_in_process(tool, *args, cwd=cwd, monkeypatch=monkeypatch, capsys=capsys)
-    result = run_tool(tool, *args, cwd=cwd)
+    result = run_script(tool, *args, cwd=cwd, timeout=300)
     assert "Traceback" not in result.stderr, result.stderr
     return result.returncode, result.stderr
 

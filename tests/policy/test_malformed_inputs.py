@@ -21,11 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import pickle
 import shutil
-import subprocess
-import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,28 +39,11 @@ from r2s2r.policy.config import compose_train_cfg
 from r2s2r.policy.train import Trainer, TrainingError
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 
+from conftest import run_script, run_script_in_process
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_tool(script: str, *args: str, cwd: Path, timeout: float = 120, code: str | None = None):
-    """`scripts/<script> args` in a subprocess from `cwd` (or, with `code`, that Python run first in the process)."""
-    env = {**os.environ, "MUJOCO_GL": os.environ.get("MUJOCO_GL", "egl")}
-    env.pop("R2S2R_REALITY_FILE", None)
-    path = str(ROOT / "scripts" / script)
-    command = [sys.executable, path, *args] if code is None else [
-        sys.executable, "-c", f"{code}\nimport runpy, sys\nsys.argv = {[path, *args]!r}\n"
-        f"runpy.run_path({path!r}, run_name='__main__')"]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
-
-
-def run_tool_in_process(script: str, *args: str, cwd: Path, monkeypatch, capsys) -> tuple[int, str]:
-    """`run_tool` in this process (conftest.run_script_in_process): for the argument and output-path checks, which
-    end before any work, where a subprocess per case would mostly measure interpreter start-up."""
-    from conftest import run_script_in_process
-
-    return run_script_in_process(script, *args, cwd=cwd, monkeypatch=monkeypatch, capsys=capsys)
 
 
 def write_dataset(path: Path, demos: int = 2, steps: int = 12, size: int = 16) -> Path:
@@ -221,7 +201,7 @@ def dataset(tmp_path_factory) -> Path:
 def test_train_script_refuses_a_malformed_config_cleanly(override, dataset, tmp_path):
     case = next(c for c in CONFIG_CASES if c.overrides == (override,))
     run_dir = tmp_path / "run"
-    result = run_tool("train.py", *tiny_overrides(run_dir, dataset), override, cwd=tmp_path)
+    result = run_script("train.py", *tiny_overrides(run_dir, dataset), override, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert all(part in result.stderr for part in case.expect), result.stderr
@@ -267,7 +247,7 @@ def test_a_config_file_that_is_not_yaml_is_refused_naming_it(broken_configs):
 def test_train_script_refuses_a_malformed_override_or_config_file(override, expect, broken_configs, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    result = run_tool("train.py", *tiny_overrides(work / "run", "a.hdf5"), override, cwd=work)
+    result = run_script("train.py", *tiny_overrides(work / "run", "a.hdf5"), override, cwd=work)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and expect in result.stderr and "expected" in result.stderr, \
         result.stderr
@@ -438,7 +418,7 @@ def test_tools_refuse_a_broken_checkpoint_cleanly(tool, checkpoint, tmp_path, mo
     args = {"evaluate.py": ["--checkpoint", str(bad), "--trials", "1", "--output", str(out), "--no-progress"],
             "play.py": ["--task", "R2S2R-PickSort-Real-v0", "--checkpoint", str(bad), "--video", str(out / "v.mp4")],
             "analyze_latent.py": ["--checkpoint", str(bad), "--output", str(out)]}[tool]
-    code, stderr = run_tool_in_process(tool, *args, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    code, stderr = run_script_in_process(tool, *args, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2, stderr
     assert str(bad) in stderr and "weights do not fit its config" in stderr, stderr
     assert listing(tmp_path) == ["broken.pt"]
@@ -474,7 +454,7 @@ ARGUMENT_CASES = [(f"{tool} {option} {value}", tool, option, value)
 
 @pytest.mark.parametrize("case_id, tool, option, value", ARGUMENT_CASES, ids=[c[0] for c in ARGUMENT_CASES])
 def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, value, tmp_path, monkeypatch, capsys):
-    code, stderr = run_tool_in_process(tool, *_TOOLS[tool], f"{option}={value}", cwd=tmp_path,
+    code, stderr = run_script_in_process(tool, *_TOOLS[tool], f"{option}={value}", cwd=tmp_path,
                                        monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2, stderr
     assert "Traceback" not in stderr, stderr
@@ -487,7 +467,7 @@ def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, val
 def test_a_non_finite_override_of_generate_is_refused(override, tmp_path, monkeypatch, capsys):
     """Range checks written `x < 0` let NaN through (and `x >= 0` +inf): every KEY=VALUE override is refused here
     before it reaches them."""
-    code, stderr = run_tool_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
+    code, stderr = run_script_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
                                        monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2 and "Traceback" not in stderr, stderr
     assert f"error: override {override!r}: " in stderr and "is not a finite number; expected finite" in stderr, stderr
@@ -498,7 +478,7 @@ def test_a_generator_setting_out_of_range_is_refused_before_any_work(tmp_path, m
     """The planner's and its grasp generator's settings are checked with the run's config, not in a worker."""
     for override, expect in (("generator.lead=-1", "generator.lead = -1.0: expected >= 0"),
                              ("generator.grasp.squeeze=2", "generator.grasp.squeeze = 2.0: expected a value in")):
-        code, stderr = run_tool_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
+        code, stderr = run_script_in_process("generate.py", *_TOOLS["generate.py"], override, cwd=tmp_path,
                                            monkeypatch=monkeypatch, capsys=capsys)
         assert code == 2 and "Traceback" not in stderr and f"error: {expect}" in stderr, stderr
     assert listing(tmp_path) == []
@@ -540,10 +520,10 @@ def test_unwritable_output_is_refused_before_any_work(case_id, args, option, tmp
     target = next(a for a in filled if str(tmp_path) in a).split("=")[-1]
     tool = case_id.split()[0]
     if tool == "train.py":  # a Hydra application: run as a program
-        result = run_tool(tool, *filled, cwd=tmp_path, timeout=60)
+        result = run_script(tool, *filled, cwd=tmp_path, timeout=60)
         code, stderr = result.returncode, result.stderr
     else:
-        code, stderr = run_tool_in_process(tool, *filled, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+        code, stderr = run_script_in_process(tool, *filled, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2, stderr
     assert "Traceback" not in stderr, stderr
     assert option in stderr and repr(target) in stderr and "expected" in stderr, stderr
@@ -587,7 +567,7 @@ def test_train_script_exits_non_zero_on_a_non_finite_loss(dataset, tmp_path):
     run_dir = tmp_path / "run"
     code = ("import torch\nfrom r2s2r.policy import model\n"
             "model.FlowMatchingPolicy.flow_loss = lambda self, *a, **k: self.action_out[1].weight.sum() * float('nan')")
-    result = run_tool("train.py", *tiny_overrides(run_dir, dataset), cwd=tmp_path, code=code)
+    result = run_script("train.py", *tiny_overrides(run_dir, dataset), cwd=tmp_path, code=code)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     assert f"error: {run_dir}: the loss is nan at step 1: expected a finite loss" in result.stderr, result.stderr
