@@ -245,6 +245,8 @@ def test_trains_in_two_stages_resumes_and_deploys_on_the_twin(tmp_path, policy_d
 
     agent = load_agent(result.checkpoint)
     assert isinstance(agent, ObjectCentricAgent)
+    # By default the tracker places a resting object on the calibrated world's belt (height_from_size).
+    assert agent.tracker.belt_top == pytest.approx(BELT_TOP)
     cell = TwinCell(**agent.env_overrides)
     try:
         runs = []

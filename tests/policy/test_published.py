@@ -28,6 +28,8 @@ def test_published_policy_loads_and_lifts_the_object(name):
     assert len(cfg["data"]["datasets"]) == (1 if name == "real_only" else 2)
     agent = load_agent(path)
     assert isinstance(agent, ObjectCentricAgent)
+    # Trained before object_centric.height_from_size existed: deployed on the regressed height, as trained.
+    assert "height_from_size" not in cfg["object_centric"] and agent.tracker.belt_top is None
     cell = TwinCell(**agent.env_overrides)
     try:
         obs = cell.reset(condition="nominal", seed=10000)

@@ -166,7 +166,14 @@ def load_weights(module: torch.nn.Module, payload: dict, key: str, path: str | o
 
 
 def train_cfg_of(payload: dict) -> TrainCfg:
-    return train_cfg_from_mapping(payload["cfg"])
+    """The training config a checkpoint stores. An object-centric checkpoint written before
+    `object_centric.height_from_size` existed was trained and is deployed on the regressed height (the option's
+    default is now on), so its config says so."""
+    cfg = payload["cfg"]
+    oc = cfg.get("object_centric") if isinstance(cfg, dict) else None
+    if payload.get("kind") == "object_centric" and isinstance(oc, dict) and "height_from_size" not in oc:
+        cfg = {**cfg, "object_centric": {**oc, "height_from_size": False}}
+    return train_cfg_from_mapping(cfg)
 
 
 def build_policy(payload: dict, ema: bool = True, path: str | os.PathLike | None = None) -> FlowMatchingPolicy:

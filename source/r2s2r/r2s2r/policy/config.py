@@ -216,8 +216,9 @@ class ObjectCentricCfg:
     perception: str = "camera"
     # The height of an object resting on the belt: the belt's top plus the half height the tracker has fused over
     # the episode (object_centric.BeltTracker), instead of each frame's regressed height, which one oblique view
-    # biases per object (docs/results.md, perception on held-out demos).
-    height_from_size: bool = False
+    # biases per object (docs/results.md, perception on held-out demos). Checkpoints written before this option
+    # existed track the regressed height (`checkpoint.train_cfg_of`).
+    height_from_size: bool = True
 
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
