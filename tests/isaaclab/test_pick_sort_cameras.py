@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from r2s2r.core import ConfigError
+from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env import PickSortEnv
 
 TASK = "Isaac-R2S2R-PickSort-Ungrounded-v0"
@@ -67,7 +68,8 @@ def record() -> dict[str, np.ndarray]:
     env.set_state(ahead.state())
     obs, *_ = env.step(torch.tensor(hold, dtype=torch.float32)[None])
     keep("belt", obs)
-    belt_state, belt_gain = out["belt/state"], env.light_gain[0].copy()
+    gain = lambda: mdp.light_gains(env.light_diffuse[:1], env.lights_nominal[1])[0]  # noqa: E731
+    belt_state, belt_gain = out["belt/state"], gain()
     moved = hold.copy()
     moved[:7] += ARM
     for _ in range(4):
@@ -84,7 +86,7 @@ def record() -> dict[str, np.ndarray]:
     env.reset(seed=SEED, options={"condition": "lighting"})
     env.set_state(belt_state)
     keep("lit", env.observe())
-    out["lit/gain"] = env.light_gain[0] / belt_gain  # relative to the nominal episode's draw
+    out["lit/gain"] = gain() / belt_gain  # relative to the nominal episode's draw
 
     for name in CAMERAS:  # one camera's frame: the sensor's render, then the lens
         env.looks.show_to(name)
@@ -272,3 +274,49 @@ def test_an_unknown_renderer_or_camera_is_a_config_error():
         PickSortCellEnv(_cfg(renderer="ovrtx"))
     with pytest.raises(ConfigError, match="cameras: 'nose' is not a camera of the cell"):
         PickSortCellEnv(_cfg(cameras=("head_left", "nose")))
+
+
+def test_rtx_looks_give_each_environments_cell_its_episodes_colours_and_lights():
+    """What `RtxLooks` writes with Replicator under Kit, written with plain USD here on a stage of two environments'
+    cells (the cell's stage referenced as Isaac Lab spawns it): each environment's object materials carry its own
+    episode's paint, and its cell's lights its own episode's draw (one nominal, one `lighting` episode)."""
+    from pxr import Usd, UsdLux, UsdShade
+
+    from r2s2r.cell import usd
+    from r2s2r.cell.mjcf import build_model, object_body_name
+    from r2s2r.cell.world import load_world
+    from r2s2r.isaaclab_tasks.pick_sort.env import RtxLooks
+    from r2s2r.isaaclab_tasks.pick_sort.env_cfg import stage_path
+    from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
+
+    cell = load_world("ungrounded").cell
+    model = build_model(cell)
+    stage = Usd.Stage.CreateInMemory()
+    envs = ["/World/envs/env_0", "/World/envs/env_1"]
+    for env in envs:
+        stage.DefinePrim(f"{env}/Cell").GetReferences().AddReference(stage_path(cell), "/World")
+    looks = RtxLooks(stage, model, cell, envs)
+    episodes = mdp.sample_episodes(PickSortEnvCfg(cell=cell, world="ungrounded"), [SEED, REPAINT_SEED],
+                                   ["nominal", "lighting"], (model.light_pos.copy(), model.light_diffuse.copy()))
+    colours = mdp.geom_colours(model, cell, episodes)
+    for path, attrs in looks.values([0, 1], colours, episodes.light_pos, episodes.light_diffuse).items():
+        prim = stage.GetPrimAtPath(path)
+        assert prim.IsValid(), path
+        for name, value in attrs.items():
+            assert prim.GetAttribute(name).Set(value), f"{path}.{name}"
+    assert episodes.colour[0] != episodes.colour[1]  # the same object in two colours
+    for k, env in enumerate(envs):
+        for o in cell.objects + cell.novel_objects:
+            body = object_body_name(o)
+            body_path = usd.body_prim_path(model, model.body(body).id).removeprefix("/World")
+            geom = stage.GetPrimAtPath(f"{env}/Cell{body_path}/{body}")
+            material, _ = UsdShade.MaterialBindingAPI(geom).ComputeBoundMaterial()
+            assert str(material.GetPath()).startswith(f"{env}/Cell/"), body
+            shader = UsdShade.Shader(stage.GetPrimAtPath(f"{material.GetPath()}/PreviewSurface"))
+            np.testing.assert_allclose(shader.GetInput("diffuseColor").Get(), colours[k, model.geom(body).id, :3],
+                                       rtol=1e-6, err_msg=f"{env} {body}")
+        for i, light_cfg in enumerate(cell.lights):
+            light = UsdLux.SphereLight(stage.GetPrimAtPath(f"{env}/Cell/Lights/{light_cfg.name}"))
+            shown = np.array(light.GetColorAttr().Get()) * light.GetIntensityAttr().Get() / usd.SPHERE_NITS_PER_UNIT
+            np.testing.assert_allclose(shown, episodes.light_diffuse[k, i], rtol=1e-6)
+    assert np.abs(episodes.light_diffuse[1] - episodes.light_diffuse[0]).max() > 0.05  # two draws that differ

@@ -78,17 +78,23 @@ def body_matrices(data: mujoco.MjData, device: str = "cpu") -> np.ndarray:
 # --------------------------------------------------------------------------------------------------------------
 # Appearance
 # --------------------------------------------------------------------------------------------------------------
-def object_material_path(body: str) -> str:
-    return f"{OBJECT_LOOKS}/{Tf.MakeValidIdentifier(body)}"
+def under(root: str, path: str) -> str:
+    """A prim path of the cell's stage (under /World) where the cell's stage sits at `root` (an Isaac Lab
+    environment's `<env>/Cell`)."""
+    return f"{root}{path.removeprefix('/World')}"
 
 
-def bind_object_materials(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg) -> None:
-    """Give every object geom a material of its own: the stage shares one material per distinct colour, and an
-    episode recolours one object only."""
+def object_material_path(body: str, root: str = "/World") -> str:
+    return under(root, f"{OBJECT_LOOKS}/{Tf.MakeValidIdentifier(body)}")
+
+
+def bind_object_materials(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg, root: str = "/World") -> None:
+    """Give every object geom of the cell at `root` a material of its own: the stage shares one material per
+    distinct colour, and an episode recolours one object only."""
     for obj in cell.objects + cell.novel_objects:
         body = object_body_name(obj)
         gid = model.geom(body).id
-        path = object_material_path(body)
+        path = object_material_path(body, root)
         mat = UsdShade.Material.Define(stage, path)
         shader = UsdShade.Shader.Define(stage, f"{path}/PreviewSurface")
         shader.CreateIdAttr("UsdPreviewSurface")
@@ -97,17 +103,20 @@ def bind_object_materials(stage: Usd.Stage, model: mujoco.MjModel, cell: CellCfg
         shader.CreateInput("opacity", Sdf.ValueTypeNames.Float).Set(float(rgba[3]))
         shader.CreateInput("roughness", Sdf.ValueTypeNames.Float).Set(0.6)
         mat.CreateSurfaceOutput().ConnectToSource(shader.ConnectableAPI(), "surface")
-        geom = stage.GetPrimAtPath(f"{usd.body_prim_path(model, model.body(body).id)}/{Tf.MakeValidIdentifier(body)}")
+        geom = stage.GetPrimAtPath(under(root, f"{usd.body_prim_path(model, model.body(body).id)}/"
+                                               f"{Tf.MakeValidIdentifier(body)}"))
         UsdShade.MaterialBindingAPI.Apply(geom).Bind(mat)
 
 
 def appearance_values(model: mujoco.MjModel, light_pos: np.ndarray, light_diffuse: np.ndarray,
-                      object_rgba: dict[str, np.ndarray]) -> dict[str, dict[str, Any]]:
-    """{prim path: {attribute: value}} showing a light and colour state on the stage (after `bind_object_materials`).
+                      object_rgba: dict[str, np.ndarray], root: str = "/World") -> dict[str, dict[str, Any]]:
+    """{prim path: {attribute: value}} showing a light and colour state on the cell at `root` (after
+    `bind_object_materials`).
 
     MuJoCo keeps a light's colour times intensity as its diffuse; USD keeps them apart. The brightest channel
     becomes the intensity (in the stage's units per unit of our intensity, `r2s2r.cell.usd`) and the colour is
-    normalised by it, so colour * intensity is the diffuse as MuJoCo renders it. Lights sit under /World/Lights.
+    normalised by it, so colour * intensity is the diffuse as MuJoCo renders it. Lights sit under <root>/Lights, and
+    their positions are in the cell's frame.
     """
     out: dict[str, dict[str, Any]] = {}
     for i in range(model.nlight):
@@ -119,13 +128,13 @@ def appearance_values(model: mujoco.MjModel, light_pos: np.ndarray, light_diffus
         per_unit = (usd.DISTANT_PER_UNIT if model.light_type[i] == mujoco.mjtLightType.mjLIGHT_DIRECTIONAL
                     else usd.SPHERE_NITS_PER_UNIT)
         colour = d / peak if peak > 0 else np.ones(3)
-        out[f"/World/Lights/{Tf.MakeValidIdentifier(name)}"] = {
+        out[under(root, f"/World/Lights/{Tf.MakeValidIdentifier(name)}")] = {
             "inputs:color": Gf.Vec3f(*map(float, colour)),
             "inputs:intensity": peak * per_unit,
             "xformOp:translate": Gf.Vec3d(*map(float, light_pos[i])),
         }
     for body, rgba in object_rgba.items():
-        out[f"{object_material_path(body)}/PreviewSurface"] = {
+        out[f"{object_material_path(body, root)}/PreviewSurface"] = {
             "inputs:diffuseColor": Gf.Vec3f(*map(float, rgba[:3])),
             "inputs:opacity": float(rgba[3]),
         }

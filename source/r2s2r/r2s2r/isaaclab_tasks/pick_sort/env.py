@@ -59,7 +59,8 @@ from r2s2r.geometry import quat_to_mat
 from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
 from r2s2r.render.camera_model import CameraModel
-from r2s2r.render.isaac_rtx import kit_running
+from r2s2r.render.isaac_rtx import (apply_appearance_with_replicator, appearance_values, bind_object_materials,
+                                    kit_running)
 from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
@@ -123,6 +124,7 @@ class NewtonLooks:
         home = mujoco.MjData(model)
         mujoco.mj_resetDataKeyframe(model, home, 0)
         mujoco.mj_forward(model, home)
+        self.nominal_diffuse = model.light_diffuse.copy()
         key = int(np.argmax(model.light_diffuse.sum(axis=1)))
         # `sensor` is the renderer's newton.sensors.SensorTiledCamera (Isaac Lab's NewtonWarpRenderer.newton_sensor).
         sensor.utils.create_default_light(enable_shadows=sensor.default_render_config.enable_shadows,
@@ -146,18 +148,45 @@ class NewtonLooks:
         model.bvh_build_shapes(self.manager.get_state_0())  # the ray tracer's BVH holds the visible shapes
         self.hidden = hidden
 
-    def paint(self, env_ids: list[int], colours: np.ndarray, gains: np.ndarray) -> None:
+    def paint(self, env_ids: list[int], colours: np.ndarray, light_pos: np.ndarray, light_diffuse: np.ndarray) -> None:
         """Environments `env_ids`' geom colours ((len(env_ids), ngeom, 4), each its episode's paint) under their
-        lighting (`gains`, (len(env_ids), 3), `mdp.light_gains`) on Newton's shapes. Newton's colours are display
-        (sRGB) values, as MuJoCo's rgba are; the light scales their linear values, as it scales reflected light."""
+        lights ((len(env_ids), nlight, 3) positions and diffuse colours; Newton shows their `mdp.light_gains`, not
+        where they moved) on Newton's shapes. Newton's colours are display (sRGB) values, as MuJoCo's rgba are;
+        the light scales their linear values, as it scales reflected light."""
         model = self.manager.get_model()
         shape_colours = model.shape_color.numpy()
-        for i, rgba, gain in zip(env_ids, colours, gains):
+        for i, rgba, gain in zip(env_ids, colours, mdp.light_gains(light_diffuse, self.nominal_diffuse)):
             mine = self.envs == i
             lit = [color_linear_to_srgb(np.clip(np.multiply(color_srgb_to_linear(c), gain), 0.0, 1.0))
                    for c in rgba[self.geoms[mine], :3]]
             shape_colours[self.shapes[mine]] = lit
         model.shape_color.assign(shape_colours)  # in place: the renderer holds this array
+
+
+class RtxLooks:
+    """The episodes' paint and lights on the stage Isaac Sim's RTX renderer draws (Kit): every environment's cell
+    gets object materials of its own (`bind_object_materials`), and each reset writes its episode's object colours
+    and lights there with Replicator (`apply_appearance_with_replicator`), as the MuJoCo tasks' RTX renderer does
+    for its one cell."""
+
+    def __init__(self, stage, model: mujoco.MjModel, cell, env_paths: list[str]):
+        self.model, self.cell = model, cell
+        self.roots = [f"{env}/Cell" for env in env_paths]
+        for root in self.roots:
+            bind_object_materials(stage, model, cell, root)
+
+    def values(self, env_ids: list[int], colours: np.ndarray, light_pos: np.ndarray,
+               light_diffuse: np.ndarray) -> dict[str, dict]:
+        """{prim path: {attribute: value}} of the environments' episodes (`NewtonLooks.paint`'s arguments)."""
+        bodies = [object_body_name(o) for o in self.cell.objects + self.cell.novel_objects]
+        geoms = [self.model.geom(b).id for b in bodies]
+        out: dict[str, dict] = {}
+        for i, rgba, pos, diffuse in zip(env_ids, colours, light_pos, light_diffuse):
+            out.update(appearance_values(self.model, pos, diffuse, dict(zip(bodies, rgba[geoms])), self.roots[i]))
+        return out
+
+    def paint(self, env_ids: list[int], colours: np.ndarray, light_pos: np.ndarray, light_diffuse: np.ndarray) -> None:
+        apply_appearance_with_replicator(self.values(env_ids, colours, light_pos, light_diffuse))
 
 
 class PickSortCellEnv(DirectRLEnv):
@@ -189,8 +218,10 @@ class PickSortCellEnv(DirectRLEnv):
             if cfg.depth:
                 images.update({f"{name}_depth": gym.spaces.Box(0, np.inf, (h, w), np.float32) for name in self.lenses})
             self.single_observation_space["images"] = gym.spaces.Dict(images)
-        self.looks = None
-        if self.lenses and cfg.renderer == "newton_warp":
+        self.looks: NewtonLooks | RtxLooks | None = None  # shows each episode's paint and lights (`paint` event)
+        if self.lenses and cfg.renderer == "isaac_rtx":
+            self.looks = RtxLooks(self.sim.stage, model, self.cell, self.scene.env_prim_paths)
+        elif self.lenses and cfg.renderer == "newton_warp":
             sensor = self.sim.get_or_create_backend(renderer).newton_sensor  # the cameras' shared renderer
             self.looks = NewtonLooks(self.sim.physics_manager, sensor, model, self.scene.env_prim_paths,
                                      list(self.lenses))
@@ -232,7 +263,8 @@ class PickSortCellEnv(DirectRLEnv):
         self.belt_rngs = [np.random.default_rng() for _ in range(n)]
         self.lifted = torch.zeros(n, dtype=torch.bool, device=self.device)
         self.geom_rgba = np.tile(self.model.geom_rgba, (n, 1, 1))  # each episode's paint of the cell's geoms
-        self.light_gain = np.ones((n, 3))  # each episode's lighting relative to nominal (mdp.light_gains)
+        self.light_pos = np.tile(self.model.light_pos, (n, 1, 1))  # each episode's lights (positions, diffuse)
+        self.light_diffuse = np.tile(self.model.light_diffuse, (n, 1, 1))
         self._tracking: list[dict[str, list[np.ndarray]]] = [{k: [] for k in TRACKING} for _ in range(n)]
         self._pending = torch.zeros(n, 27, device=self.device)
         # ee_pose mode: the arm targets last sent, each IK's seed (set at reset and set_state, then per step)
@@ -311,7 +343,7 @@ class PickSortCellEnv(DirectRLEnv):
         self.sim.forward()  # the bodies' poses of the new states, which the observations read
         # Shown by the `paint` event:
         self.geom_rgba[ids] = mdp.geom_colours(self.model, self.cell, episodes)
-        self.light_gain[ids] = mdp.light_gains(episodes, self.lights_nominal[1])
+        self.light_pos[ids], self.light_diffuse[ids] = episodes.light_pos, episodes.light_diffuse
 
     @property
     def lights_nominal(self) -> tuple[np.ndarray, np.ndarray]:

@@ -168,12 +168,12 @@ def camera_cfg(
 
 def paint_episodes(env, env_ids: torch.Tensor) -> None:
     """Reset event: each reset environment's episode paint (`PickSortCellEnv.geom_rgba`, drawn with the episode from
-    its seed: the object's colour, the bins') under its lighting (`PickSortCellEnv.light_gain`: the trial-to-trial
-    draw and the `lighting` condition's) on the shapes Newton's ray tracer draws. Without Newton cameras there is
-    nothing to paint."""
+    its seed: the object's colour, the bins') and lights (`light_pos`, `light_diffuse`: the trial-to-trial draw and
+    the `lighting` condition's), shown by the renderer's looks (`NewtonLooks` on Newton's ray tracer, `RtxLooks`
+    with Replicator under Kit). Without cameras there is nothing to paint."""
     if env.looks is not None:
         ids = [int(i) for i in env_ids]
-        env.looks.paint(ids, env.geom_rgba[ids], env.light_gain[ids])
+        env.looks.paint(ids, env.geom_rgba[ids], env.light_pos[ids], env.light_diffuse[ids])
 
 
 @configclass

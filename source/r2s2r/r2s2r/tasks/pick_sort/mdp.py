@@ -131,13 +131,14 @@ def geom_colours(model: mujoco.MjModel, cell: CellCfg, episodes: Episodes) -> np
                      for obj, colour in zip(episodes.objects, episodes.colour)])
 
 
-def light_gains(episodes: Episodes, nominal_diffuse: np.ndarray) -> np.ndarray:
-    """(N, 3): each episode's lighting relative to the cell's nominal lights (`nominal_diffuse`, (nlight, 3)), per
-    colour channel: the total diffuse light of its draw over the nominal total. A renderer whose lights cannot change
-    from one environment to the next (Newton's ray tracer) shows an episode's lighting by multiplying its surface
-    colours by this, which is exact for the diffuse light of lights that keep their poses."""
+def light_gains(light_diffuse: np.ndarray, nominal_diffuse: np.ndarray) -> np.ndarray:
+    """(N, 3): episodes' lighting (their lights' diffuse colours, (N, nlight, 3), as `Episodes.light_diffuse`)
+    relative to the cell's nominal lights (`nominal_diffuse`, (nlight, 3)), per colour channel: the total diffuse
+    light of each draw over the nominal total. A renderer whose lights cannot change from one environment to the
+    next (Newton's ray tracer) shows an episode's lighting by multiplying its surface colours by this, which is exact
+    for the diffuse light of lights that keep their poses."""
     nominal = nominal_diffuse.sum(axis=0)
-    total = episodes.light_diffuse.sum(axis=1)
+    total = np.asarray(light_diffuse).sum(axis=1)
     return np.divide(total, nominal, out=np.ones_like(total), where=nominal > 0)
 
 
