@@ -14,11 +14,12 @@ from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies, ru
 from r2s2r.tasks import REAL_TASK
 
 
-# A stand-in for the four stage scripts (collect_real.py, generate.py, train.py, evaluate.py), run by the experiment
-# as it runs them: it fails unless every file the stage reads exists (so stages run after what they read) and writes
-# the stage's outputs; a training also writes a frame cache file for each dataset it reads, and fails if its run
-# was trained before (a stage run twice); an evaluation's trials are the rows the test prepared for that run, task and
-# block (and their summary), refused unless the stage asks for as many trials. The real scripts run the smoke scale end to end in
+# A stand-in for the stage scripts (collect_real.py, generate.py, train.py, evaluate.py, perception_report.py), run by
+# the experiment as it runs them: it fails unless every file the stage reads exists (so stages run after what they
+# read) and writes the stage's outputs; a training also writes a frame cache file for each dataset it reads, and fails
+# if its run was trained before (a stage run twice); an evaluation's trials are the rows the test prepared for that
+# run, task and block (and their summary), refused unless the stage asks for as many trials; a perception report is
+# the one the test prepared for that run. The real scripts run the smoke scale end to end in
 # benchmarks/bench_experiment.py (stage times in docs/benchmarks.md); each is tested end to end on its own.
 STUB = """
 import json, os, re, sys, time
@@ -30,14 +31,20 @@ def value(option, default=None):
     return args[args.index(option) + 1] if option in args else default
 inputs = [a.split("=", 1)[1] for a in args if a.startswith("generator.source=")]
 inputs += [m for a in args if a.startswith("data.datasets=") for m in re.findall(r"path: ([^,}]+)", a)]
-if script == "evaluate.py":
+if script in ("evaluate.py", "perception_report.py"):
     inputs.append(value("--checkpoint"))
+if script == "perception_report.py":
+    inputs.append(value("--dataset"))
 missing = [i for i in inputs if not Path(i).exists()]
 if missing:
     sys.exit(f"{script}: missing inputs {missing}")
 if script in ("collect_real.py", "generate.py"):
     Path(value("--output")).parent.mkdir(parents=True, exist_ok=True)
     Path(value("--output")).write_text("stub dataset")
+elif script == "perception_report.py":
+    report = json.loads(Path(os.environ["STUB_PERCEPTION"]).read_text())[Path(value("--checkpoint")).parent.name]
+    Path(value("--output")).parent.mkdir(parents=True, exist_ok=True)
+    Path(value("--output")).write_text(json.dumps(report))
 elif script == "train.py":
     run = Path(next(a.split("=", 1)[1] for a in args if a.startswith("run_dir=")))
     if run.exists():
@@ -102,9 +109,11 @@ def test_smoke_stages_are_accepted_by_their_scripts_and_read_what_earlier_stages
             assert any(str(path) in outputs[dep] for dep in stage.after), (stage.name, path)
 
 
-# The smoke scale, and a scale like it with two training seeds per policy, two evaluation blocks, no alignment policy
-# and another mixture weight: every policy's real-side trials are then pooled over four evaluations.
-POOLED = dataclasses.replace(SCALES["smoke"], seeds=(0, 3), blocks=(10000, 20000), align=(), sim_weight=0.75)
+# The smoke scale, and a scale like it with two training seeds per policy, two evaluation blocks, no alignment policy,
+# another mixture weight and held-out demos: every policy's real-side trials are then pooled over four evaluations,
+# and each policy's perception is reported.
+POOLED = dataclasses.replace(SCALES["smoke"], seeds=(0, 3), blocks=(10000, 20000), align=(), sim_weight=0.75,
+                             heldout_demos=2)
 
 
 @pytest.mark.parametrize("scale_name", ["smoke", "pooled"])
@@ -128,7 +137,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     assert ("wg_bg_align" in names) == (scale_name == "smoke")
     stubs = tmp_path / "scripts"
     stubs.mkdir()
-    for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py"):
+    for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py", "perception_report.py"):
         (stubs / script).write_text(STUB)
     prepared, pooled = {}, {}  # run -> task -> block -> rows; policy -> its real-side rows over runs and blocks
     k = 0
@@ -147,6 +156,11 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
                     pooled[name] += [{key: v for key, v in row.items() if key != "index"} for row in rows]
     (tmp_path / "results.json").write_text(json.dumps(prepared))
     monkeypatch.setenv("STUB_RESULTS", str(tmp_path / "results.json"))
+    perception = {name: {"by_object": {obj: {"demos": 1, "grasp_window": {
+        "tracker": {"x": 0.0, "y": 0.0, "z": 0.01 * (k + j)}, "tracker_across_belt": {"median_cm": 0.1 * (k + 2 * j)}}}
+        for j, obj in enumerate(("cube", "sphere"))}} for k, name in enumerate(names)}
+    (tmp_path / "perception.json").write_text(json.dumps(perception))
+    monkeypatch.setenv("STUB_PERCEPTION", str(tmp_path / "perception.json"))
     monkeypatch.setenv("STUB_REAL_TASK", REAL_TASK)
     monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "frames"))
     monkeypatch.setattr(r2s2r.experiment, "SCRIPTS", stubs)
@@ -176,6 +190,14 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
         diff, lo, hi = difference_interval(cell["successes"], cell["trials"], base["successes"], base["trials"])
         assert report["cotraining_effects"][c] == {"diff": diff, "interval": [lo, hi]}
     assert (report["alignment_effect"] is None) == (scale_name == "pooled")
+    markdown = (run_dir / "report" / "experiment.md").read_text()
+    if scale.heldout_demos:  # each policy's first run's report on the held-out demos, a row per policy
+        assert report["perception"] == {name: perception[name]["by_object"] for name in names}
+        for k, name in enumerate(names):
+            assert f"| {name} | {0.01 * k:+.2f} / {0.1 * k:.2f} | {0.01 * (k + 1):+.2f} / {0.1 * (k + 2):.2f} |" \
+                in markdown, name
+    else:
+        assert report["perception"] is None and "held-out" not in markdown
     assert set(report["sim_as_evaluator"]) == set(SIM_EVAL_TASKS)
     for world, task in SIM_EVAL_TASKS.items():
         sim = json.loads((run_dir / "eval" / names[0] / task / "results.json").read_text())
@@ -187,7 +209,6 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
         f"eval_{folder}" for n in names for run in runs(scale, n) for folder in evaluations(scale, run)}
     assert all(e["status"] == "complete" and e["wall_s"] > 0 and e["cpu_s"] > 0 for e in stages.values())
     assert out.out.count("[start]") == len(stages) and "[skip]" not in out.out
-    markdown = (run_dir / "report" / "experiment.md").read_text()
     assert "Main effect of world grounding" in markdown and "real_only" in markdown
     assert "Co-training with wg_bg vs real-only" in markdown
     assert (run_dir / "report" / REAL_TASK / "results.png").stat().st_size > 0

@@ -43,3 +43,15 @@ def test_a_script_refuses_an_uncreatable_output_before_any_work():
                              "--output", "/proc/r2s2r/real.hdf5"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "/proc" in result.stderr and "not writable" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_an_output_whose_folders_are_missing_is_written_whole_after_they_are_made(tmp_path):
+    """check_output_file passes a path whose folders do not exist yet; writing makes them, and only the finished file
+    is left there."""
+    from r2s2r.files import write_text_atomic
+
+    path = tmp_path / "not" / "yet" / "report.json"
+    assert check_output_file(path) == path and not path.parent.exists()
+    write_text_atomic(path, "{}\n")
+    assert path.read_text() == "{}\n"
+    assert [p.name for p in path.parent.iterdir()] == ["report.json"]

@@ -37,6 +37,7 @@ from r2s2r.files import write_text_atomic
 from r2s2r.tasks import REAL_TASK
 
 SCRIPTS = Path(__file__).resolve().parents[3] / "scripts"
+HELDOUT_SEED = 3000  # the held-out real demos' first seed, far from the training demos' (0 onwards)
 CONFIGS = {  # the study's 2x2: (world, behaviour) grounding -> the task ID its data comes from
     "wg_bg": ("grounded", "grounded", "R2S2R-PickSort-WorldGrounded-BehaviorGrounded-v0"),
     "wg_bu": ("grounded", "ungrounded", "R2S2R-PickSort-WorldGrounded-BehaviorUngrounded-v0"),
@@ -68,6 +69,9 @@ class Scale:
     sim_weight: float = 0.5  # a co-trained mixture's sampling weight of the simulated dataset (the real one's: 1 - it)
     seeds: tuple[int, ...] = (0,)  # training seeds: one whole training (estimator and head) per policy and seed
     blocks: tuple[int, ...] = (BASE_SEED,)  # real-side evaluation blocks (evaluate.py --base-seed), pooled
+    # Held-out real demos (seeds from HELDOUT_SEED) on which each object-centric policy's perception is reported per
+    # object (perception_report.py); 0: none.
+    heldout_demos: int = 0
 
 
 SCALES = {
@@ -96,7 +100,7 @@ SCALES = {
                                "policy.ensemble=0", "object_centric.estimator_steps=4500"),
                        align=("cotrain.alignment_weight=0.1",),
                        sim_overrides=("datagen.corrective_noise=[0.02,0.01,0.005]", "datagen.corrective_tau=0.5"),
-                       sim_weight=0.75, seeds=(0, 1), blocks=(BASE_SEED, 2 * BASE_SEED)),
+                       sim_weight=0.75, seeds=(0, 1), blocks=(BASE_SEED, 2 * BASE_SEED), heldout_demos=24),
     "paper": Scale(real_demos=100, sim_trajectories=1500, train_steps=30000, eval_trials=50, sim_eval_trials=50,
                    diagnostic=True),
 }
@@ -148,7 +152,7 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
     data = run_dir / "data"
     size = scale.image_size
     cams = ",".join(scale.cameras)
-    paths = {"real": data / "real.hdf5", "real10": data / "real10.hdf5",
+    paths = {"real": data / "real.hdf5", "real10": data / "real10.hdf5", "heldout": data / "heldout.hdf5",
              **{f"sim_{c}": data / f"sim_{c}.hdf5" for c in CONFIGS}}
     stages = [Stage("real", _script("collect_real.py", "--num-demos", scale.real_demos, "--output", paths["real"],
                                     "--image-size", size, "--seed", 0, "--cameras", *scale.cameras),
@@ -157,6 +161,10 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
         stages.append(Stage("real10", _script("collect_real.py", "--num-demos", 10, "--output", paths["real10"],
                                               "--image-size", size, "--seed", 0, "--cameras", *scale.cameras),
                             [paths["real10"]]))
+    if scale.heldout_demos:
+        stages.append(Stage("heldout", _script("collect_real.py", "--num-demos", scale.heldout_demos, "--output",
+                                               paths["heldout"], "--image-size", size, "--seed", HELDOUT_SEED,
+                                               "--cameras", *scale.cameras), [paths["heldout"]]))
     for cfg, (_, behaviour, task) in CONFIGS.items():
         extra = [f"generator.source={paths['real'].absolute()}"] if behaviour == "grounded" else []
         stages.append(Stage(f"sim_{cfg}", _script(
@@ -185,6 +193,12 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
                     "--trials", scale.eval_trials, "--base-seed", block, "--output", evaluation, "--no-progress",
                     *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
                     [evaluation / REAL_TASK / "results.json"], after=[f"train_{run_name}"]))
+    if scale.heldout_demos:  # each policy's first run
+        for name in policies(scale):
+            report = perception_path(run_dir, name)
+            stages.append(Stage(f"perception_{name}", _script(
+                "perception_report.py", "--checkpoint", run_dir / "train" / name / "policy.pt", "--dataset",
+                paths["heldout"], "--output", report), [report], after=[f"train_{name}", "heldout"]))
     # Sim as evaluator last: an experiment stopped part-way has the real-side table first.
     for name in policies(scale):
         run, evaluation = run_dir / "train" / name, run_dir / "eval" / name
@@ -195,6 +209,10 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
                 *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
                 [evaluation / task / "results.json"], after=[f"train_{name}"]))
     return stages
+
+
+def perception_path(run_dir: Path, name: str) -> Path:
+    return run_dir / "perception" / f"{name}.json"
 
 
 class StageLog:
@@ -314,11 +332,13 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     cotraining = {c: versus(c, "real_only") for c in CONFIGS}
     alignment = versus("wg_bg_align", "wg_bg") if "wg_bg_align" in real else None
     sim = {world: ranking(real, _sim_summaries(run_dir, task, names)) for world, task in SIM_EVAL_TASKS.items()}
+    perception = ({n: json.loads(perception_path(run_dir, n).read_text())["by_object"] for n in names}
+                  if scale.heldout_demos else None)
     stages = json.loads((run_dir / "stages.json").read_text()) if (run_dir / "stages.json").exists() else {}
     result = {"scale": scale_name, "scale_config": {k: getattr(scale, k) for k in scale.__dataclass_fields__},
               "real": real, "table": {f"world_{w}/behaviour_{b}": v for (w, b), v in table.items()},
               "main_effects": effects, "cotraining_effects": cotraining, "alignment_effect": alignment,
-              "sim_as_evaluator": sim, "stages": stages}
+              "sim_as_evaluator": sim, "perception": perception, "stages": stages}
 
     pooled = (f" Each policy's trials pooled over {len(scale.seeds)} training seeds x {len(scale.blocks)} blocks "
               f"of {scale.eval_trials}." if len(scale.seeds) * len(scale.blocks) > 1 else "")
@@ -345,6 +365,20 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
               "| sim world | Pearson r | Spearman rho | MMRV |", "|---|---:|---:|---:|"]
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731
     lines += [f"| {w} | {fmt(r['pearson'])} | {fmt(r['spearman'])} | {r['mmrv']:.3f} |" for w, r in sim.items()]
+    if perception:
+        objects = sorted({o for by_object in perception.values() for o in by_object})
+        lines += ["", f"Perception on {scale.heldout_demos} held-out real demos (seeds from {HELDOUT_SEED}), the "
+                  "last second before the object leaves the belt: the tracker's median height error and its median "
+                  "error across the belt (cm), per object:", "",
+                  "| policy | " + " | ".join(objects) + " |", "|---|" + "---:|" * len(objects)]
+
+        def cell(window: dict | None) -> str:
+            if not window or "tracker" not in window:
+                return "–"
+            return f"{window['tracker']['z']:+.2f} / {window['tracker_across_belt']['median_cm']:.2f}"
+
+        lines += [f"| {n} | " + " | ".join(cell(by_object.get(o, {}).get("grasp_window")) for o in objects) + " |"
+                  for n, by_object in perception.items()]
     if stages:
         lines += ["", "| stage | wall time (s) | CPU time (s) |", "|---|---:|---:|"]
         lines += [f"| {n} | {e.get('wall_s', '')} | {e.get('cpu_s', '')} |" for n, e in stages.items()]

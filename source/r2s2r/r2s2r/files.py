@@ -14,9 +14,10 @@ from r2s2r.core import ConfigError
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary name beside `path` to write to; it replaces `path` only when the block ends without an
-    exception, and is removed in every case (the pid keeps concurrent writers apart)."""
+    """Yield a temporary name beside `path` to write to (its missing folders made first); it replaces `path` only when
+    the block ends without an exception, and is removed in every case (the pid keeps concurrent writers apart)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         yield tmp
