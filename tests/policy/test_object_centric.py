@@ -537,7 +537,7 @@ def test_a_resting_object_is_tracked_at_the_belt_top_plus_its_fused_half_height(
     geometry = CameraGeometry("grounded", "head_left", 128, 128)
     locator = ObjectLocator(geometry, LocatorCfg())
     half, dt, speed = np.array([0.02, 0.03, 0.025]), 0.05, 0.1
-    start = np.array([-0.3, 0.02, geometry.belt_top + half[2]])
+    start = np.array([-0.3, 0.02, BELT_TOP + half[2]])
 
     def frames(hidden: set[int], lifted_from: int = 1000):
         for t in range(60):
@@ -549,7 +549,7 @@ def test_a_resting_object_is_tracked_at_the_belt_top_plus_its_fused_half_height(
                 mean[0, SIZE], var[:] = 3 * half, 0.04**2
             yield truth, locator(mean, var, geometry.project(truth[None]), np.array([2.0]))
 
-    for resting_on, hidden in ((None, set()), (geometry.belt_top, set(range(40, 60, 3)))):
+    for resting_on, hidden in ((None, set()), (BELT_TOP, set(range(40, 60, 3)))):
         tracker = BeltTracker(dt, belt_top=resting_on)
         errors = []
         for truth, (mean, var, drift) in frames(hidden):
@@ -560,12 +560,12 @@ def test_a_resting_object_is_tracked_at_the_belt_top_plus_its_fused_half_height(
             assert late[1] > 0.005 and late[2] > 0.008  # across the belt and in height, as the regression is off
         else:
             assert late.max() < 0.001, late
-    tracker = BeltTracker(dt, belt_top=geometry.belt_top)
+    tracker = BeltTracker(dt, belt_top=BELT_TOP)
     for truth, (mean, var, drift) in frames(set(), lifted_from=40):
         state = tracker.update(mean[0], var[0], speed, drift[0])
     assert abs(state[2] - (truth[2] + 0.01)) < 0.003  # lifted: the regressed height, where the ray meets it
     with pytest.raises(ValueError, match="drift"):
-        BeltTracker(dt, belt_top=geometry.belt_top).update(mean[0], var[0], speed)
+        BeltTracker(dt, belt_top=BELT_TOP).update(mean[0], var[0], speed)
 
 
 class _Payload:

@@ -225,7 +225,7 @@ class ObjectLocator:
         self.cfg = cfg or LocatorCfg()
 
     def __call__(self, mean: np.ndarray, var: np.ndarray, pixels: np.ndarray, spread: np.ndarray,
-                 ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 ee_pose: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimator outputs (B, 11), position variances (B, 3), keypoint pixels (B, 2) and spreads (B,), and the
         hand's pose (B, 7) at those frames (needed for a wrist camera, whose pose follows it) -> the measurement
         (B, 11) in metres, its position variance (B, 3) in m^2, and its ray's horizontal drift per metre of height
@@ -283,7 +283,6 @@ class CameraGeometry:
             site_pos, site_rot = data.site_xpos[site], data.site_xmat[site].reshape(3, 3)
             position, rot = site_rot.T @ (position - site_pos), site_rot.T @ rot
         self.position, self.rot = position, rot
-        self.belt_top = belt_top(cell)
         self.camera = camera
         self.lens = CameraModel(cam_cfg.lens, width, height)
 
