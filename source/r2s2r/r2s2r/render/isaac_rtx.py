@@ -141,11 +141,15 @@ def appearance_values(model: mujoco.MjModel, light_pos: np.ndarray, light_diffus
     return out
 
 
+def object_rgba(model: mujoco.MjModel, cell: CellCfg, geom_rgba: np.ndarray) -> dict[str, np.ndarray]:
+    """{object body: its colour} in a paint of the model's geoms (ngeom, 4): `appearance_values`' `object_rgba`."""
+    return {object_body_name(o): geom_rgba[model.geom(object_body_name(o)).id].copy()
+            for o in cell.objects + cell.novel_objects}
+
+
 def model_appearance(model: mujoco.MjModel, cell: CellCfg) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """(light_pos, light_diffuse, object_rgba) as `model` holds them now: `appearance_values`' arguments."""
-    rgba = {object_body_name(o): model.geom_rgba[model.geom(object_body_name(o)).id].copy()
-            for o in cell.objects + cell.novel_objects}
-    return model.light_pos.copy(), model.light_diffuse.copy(), rgba
+    return model.light_pos.copy(), model.light_diffuse.copy(), object_rgba(model, cell, model.geom_rgba)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.render.isaac_rtx import (apply_appearance_with_replicator, appearance_values, bind_object_materials,
-                                    kit_running)
+                                    kit_running, object_rgba)
 from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 
@@ -178,11 +178,10 @@ class RtxLooks:
     def values(self, env_ids: list[int], colours: np.ndarray, light_pos: np.ndarray,
                light_diffuse: np.ndarray) -> dict[str, dict]:
         """{prim path: {attribute: value}} of the environments' episodes (`NewtonLooks.paint`'s arguments)."""
-        bodies = [object_body_name(o) for o in self.cell.objects + self.cell.novel_objects]
-        geoms = [self.model.geom(b).id for b in bodies]
         out: dict[str, dict] = {}
         for i, rgba, pos, diffuse in zip(env_ids, colours, light_pos, light_diffuse):
-            out.update(appearance_values(self.model, pos, diffuse, dict(zip(bodies, rgba[geoms])), self.roots[i]))
+            out.update(appearance_values(self.model, pos, diffuse, object_rgba(self.model, self.cell, rgba),
+                                         self.roots[i]))
         return out
 
     def paint(self, env_ids: list[int], colours: np.ndarray, light_pos: np.ndarray, light_diffuse: np.ndarray) -> None:
