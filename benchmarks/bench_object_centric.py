@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 import sys
 import time
@@ -130,7 +131,7 @@ def main(argv=None) -> int:
     prepare_s = time.perf_counter() - t0
     x, y = trainer.head_batch()
     head = abba({"pipeline": lambda i: trainer.head_update(*trainer.head_batch(), i),
-                 "bare": bare_loop(trainer.model.head, lambda m: torch.nn.functional.l1_loss(m(x), y), cfg.optim.lr)},
+                 "bare": bare_loop(trainer.model.head, lambda m: m.loss(x, y), cfg.optim.lr)},
                 args.rounds, args.steps * 10, oc.head_batch)
     trainer.model.eval()
 
@@ -140,15 +141,18 @@ def main(argv=None) -> int:
     obs = {"images": {"head_left": d.images["head_left"][t]},
            "proprio": {"arm_q": proprio[:7], "hand_q": proprio[7:27], "ee_pose": proprio[27:34],
                        "belt_setpoint": proprio[34:35]}}
-    agent = ObjectCentricAgent(trainer.model, cfg.policy, trainer.locator, oc.control_hz, name="bench")
+    # Receding horizon, so a step with a chunk in hand only looks and tracks.
+    agent = ObjectCentricAgent(trainer.model, dataclasses.replace(cfg.policy, ensemble=None), trainer.locator,
+                               oc.control_hz, name="bench")
     agent.reset()
 
     def look_only():
-        agent.queue.append(np.zeros(27))  # a chunk in hand: this step only looks and tracks
+        agent.chunks.reset()
+        agent.chunks.add(np.zeros((cfg.policy.chunk, cfg.policy.action_dim)))
         agent.act(obs)
 
     def look_and_plan():
-        agent.queue.clear()
+        agent.chunks.reset()
         agent.act(obs)
 
     result = {"load_average_1min_at_start": load, "threads": 1, "dataset": args.dataset,

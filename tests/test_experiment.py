@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_script
 
-from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, plan, policies, runs
+from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, flow_name, plan, policies, runs
 from r2s2r.tasks import REAL_TASK
 
 
@@ -29,8 +29,9 @@ time.sleep(0.1)  # stages.json keeps wall times to 0.1 s: every stage's is then 
 script, args = Path(sys.argv[0]).name, sys.argv[1:]
 def value(option, default=None):
     return args[args.index(option) + 1] if option in args else default
-inputs = [a.split("=", 1)[1] for a in args if a.startswith("generator.source=")]
-inputs += [m for a in args if a.startswith("data.datasets=") for m in re.findall(r"path: ([^,}]+)", a)]
+datasets = [m for a in args if a.startswith("data.datasets=") for m in re.findall(r"path: ([^,}]+)", a)]
+inputs = [a.split("=", 1)[1] for a in args if a.startswith(("generator.source=", "object_centric.estimator_from="))]
+inputs += datasets
 if script in ("evaluate.py", "perception_report.py"):
     inputs.append(value("--checkpoint"))
 if script == "perception_report.py":
@@ -51,9 +52,10 @@ elif script == "train.py":
         sys.exit(f"{run} trained twice")
     run.mkdir(parents=True)
     (run / "policy.pt").write_text("stub checkpoint")
+    (run / "estimator.pt").write_text("stub estimator")
     from r2s2r.policy.data import frame_cache_file
 
-    for path in inputs:
+    for path in datasets:
         cache = frame_cache_file(Path(path), ["demo_0"], "head_left", (8, 8))
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_bytes(b"frames")
@@ -110,10 +112,10 @@ def test_smoke_stages_are_accepted_by_their_scripts_and_read_what_earlier_stages
 
 
 # The smoke scale, and a scale like it with two training seeds per policy, two evaluation blocks, no alignment policy,
-# another mixture weight and held-out demos: every policy's real-side trials are then pooled over four evaluations,
-# and each policy's perception is reported.
+# another mixture weight, held-out demos and flow heads beside two policies: every policy's real-side trials are then
+# pooled over four evaluations, each policy's perception is reported, and each flow head is set beside its L1 head.
 POOLED = dataclasses.replace(SCALES["smoke"], seeds=(0, 3), blocks=(10000, 20000), align=(), sim_weight=0.75,
-                             heldout_demos=2)
+                             heldout_demos=2, flow_heads=("real_only", "wg_bg"))
 
 
 @pytest.mark.parametrize("scale_name", ["smoke", "pooled"])
@@ -134,6 +136,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     monkeypatch.setitem(SCALES, "pooled", POOLED)
     scale = SCALES[scale_name]
     names = list(policies(scale))
+    flows = [flow_name(n) for n in scale.flow_heads]
     assert ("wg_bg_align" in names) == (scale_name == "smoke")
     stubs = tmp_path / "scripts"
     stubs.mkdir()
@@ -141,12 +144,13 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
         (stubs / script).write_text(STUB)
     prepared, pooled = {}, {}  # run -> task -> block -> rows; policy -> its real-side rows over runs and blocks
     k = 0
-    for name in names:
+    for name in names + flows:
         pooled[name] = []
         for run in runs(scale, name):
             prepared[run] = {}
             tasks = [(REAL_TASK, scale.eval_trials, b) for b in scale.blocks]
-            tasks += [(t, scale.sim_eval_trials, "sim") for t in SIM_EVAL_TASKS.values()]
+            if name in names:  # sim as evaluator ranks the policies, not their flow heads
+                tasks += [(t, scale.sim_eval_trials, "sim") for t in SIM_EVAL_TASKS.values()]
             for task, n, block in tasks:  # a different success pattern per run, task and block
                 k += 1
                 rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "success": (t.index * k) % 5 < 2}
@@ -173,9 +177,9 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     out = capsys.readouterr()
     assert code == 0, out.out[-3000:] + out.err[-3000:]
     report = json.loads((run_dir / "report" / "experiment.json").read_text())
-    assert set(report["real"]) == set(names)
+    assert set(report["real"]) == set(names) and set(report["flow_heads"]) == set(flows)
     per_policy = len(scale.seeds) * len(scale.blocks) * scale.eval_trials
-    for name, summary in report["real"].items():
+    for name, summary in {**report["real"], **report["flow_heads"]}.items():
         assert summary == summarize(pooled[name])
         assert summary["overall"]["trials"] == per_policy
         assert summary["nominal"]["trials"] + summary["shifted"]["trials"] == per_policy
@@ -191,6 +195,17 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
         assert report["cotraining_effects"][c] == {"diff": diff, "interval": [lo, hi]}
     assert (report["alignment_effect"] is None) == (scale_name == "pooled")
     markdown = (run_dir / "report" / "experiment.md").read_text()
+    # Each flow head against its L1 head, and co-training with flow heads, from the pooled rows.
+    summaries = {**report["real"], **report["flow_heads"]}
+    pairs = {f"{flow_name(n)} vs {n}": (flow_name(n), n) for n in scale.flow_heads}
+    if flows:
+        pairs["wg_bg_flow vs real_only_flow"] = ("wg_bg_flow", "real_only_flow")
+    assert set(report["head_effects"]) == set(pairs)
+    for pair, (a, b) in pairs.items():
+        diff, lo, hi = difference_interval(summaries[a]["overall"]["successes"], per_policy,
+                                           summaries[b]["overall"]["successes"], per_policy)
+        assert report["head_effects"][pair] == {"diff": diff, "interval": [lo, hi]}
+        assert f"- Flow-matching head: {pair}: {100 * diff:+.0f} points" in markdown
     if scale.heldout_demos:  # each policy's first run's report on the held-out demos, a row per policy
         assert report["perception"] == {name: perception[name]["by_object"] for name in names}
         for k, name in enumerate(names):
@@ -206,7 +221,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     planned = plan(run_dir, scale)
     assert {s.name for s in planned} == set(stages)
     assert {s.name for s in planned if s.name.startswith("eval_")} == {
-        f"eval_{folder}" for n in names for run in runs(scale, n) for folder in evaluations(scale, run)}
+        f"eval_{folder}" for n in names + flows for run in runs(scale, n) for folder in evaluations(scale, run)}
     assert all(e["status"] == "complete" and e["wall_s"] > 0 and e["cpu_s"] > 0 for e in stages.values())
     assert out.out.count("[start]") == len(stages) and "[skip]" not in out.out
     assert "Main effect of world grounding" in markdown and "real_only" in markdown
@@ -252,7 +267,8 @@ def test_every_scales_training_stages_compose_a_valid_config(tmp_path, scale_nam
 
     scale = SCALES[scale_name]
     stages = [s for s in plan(tmp_path, scale) if s.name.startswith("train_")]
-    assert {s.name for s in stages} == {f"train_{r}" for n in policies(scale) for r in runs(scale, n)}
+    trained = [*policies(scale), *map(flow_name, scale.flow_heads)]
+    assert {s.name for s in stages} == {f"train_{r}" for n in trained for r in runs(scale, n)}
     for stage in stages:
         cfg = compose_train_cfg(stage.command[2:])
         assert list(cfg.policy.cameras) == list(scale.cameras)
@@ -261,3 +277,10 @@ def test_every_scales_training_stages_compose_a_valid_config(tmp_path, scale_nam
             assert [d.weight for d in cfg.data.datasets] == [1 - scale.sim_weight, scale.sim_weight]
         if stage.name == "train_wg_bg_align":
             assert cfg.cotrain.alignment_weight > 0
+        # A flow head trains on the estimator of the L1 run of its policy and seed, after that run.
+        flow = next((n for n in scale.flow_heads if stage.name.startswith(f"train_{flow_name(n)}")), None)
+        assert cfg.object_centric.head == ("flow" if flow else "l1")
+        if flow:
+            sibling = next(r for r, seed in runs(scale, flow).items() if seed == cfg.seed)
+            assert cfg.object_centric.estimator_from == str(tmp_path / "train" / sibling / "estimator.pt")
+            assert f"train_{sibling}" in stage.after

@@ -566,7 +566,7 @@ def test_train_script_exits_non_zero_on_a_non_finite_loss(dataset, tmp_path):
     """The tool's own path: the flow loss is made NaN in the training process; train.py reports it and exits 1."""
     run_dir = tmp_path / "run"
     code = ("import torch\nfrom r2s2r.policy import model\n"
-            "model.FlowMatchingPolicy.flow_loss = lambda self, *a, **k: self.action_out[1].weight.sum() * float('nan')")
+            "model.FlowMatchingPolicy.flow_loss = lambda self, *a, **k: self.flow.action_out[1].weight.sum() * float('nan')")
     result = run_script("train.py", *tiny_overrides(run_dir, dataset), cwd=tmp_path, code=code)
     assert result.returncode == 1, result.stderr
     assert "Traceback" not in result.stderr, result.stderr

@@ -20,7 +20,7 @@ from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
 from r2s2r.policy.config import DatasetCfg, compose_train_cfg
 from r2s2r.policy.data import load_dataset
-from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
+from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target)
@@ -658,4 +658,67 @@ def test_the_tracking_diagnostic_trains_on_stored_object_states_and_reads_the_ce
         assert not np.allclose(actions[1][:3], plans[1][0][:3], atol=1e-4)  # not the newest plan alone
     finally:
         cell.close()
+    torch.set_num_threads(1)
+
+
+def test_the_flow_head_samples_both_ways_the_demos_act_where_the_l1_head_keeps_one():
+    """Demos that act two ways in the same state (+1 in 70 % of them, -1 in the rest, both shifted by the input):
+    the flow head's samples land on both modes in those proportions, the L1 head's prediction on the median's
+    mode alone; a seeded generator gives the same samples."""
+    torch.manual_seed(0)
+    gen = torch.Generator().manual_seed(0)
+    heads = {"l1": ActionHead(4, 2, 3, hidden=32, dropout=0.0),
+             "flow": FlowHead(4, 2, 3, dim=32, heads=2, layers=1, dropout=0.0, flow_steps=10)}
+
+    def batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randn((n, 4), generator=gen)
+        mode = torch.where(torch.rand((n, 1, 1), generator=gen) < 0.7, 1.0, -1.0)
+        return x, (mode + 0.5 * x[:, None, :1]).expand(n, 2, 3).contiguous()
+
+    for head in heads.values():
+        opt = torch.optim.Adam(head.parameters(), lr=3e-3)
+        for _ in range(600):
+            loss = head.loss(*batch(128), gen)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        head.eval()
+    x, _ = batch(1000)
+    with torch.no_grad():
+        residual = {name: head.predict(x, torch.Generator().manual_seed(1)) - 0.5 * x[:, None, :1]
+                    for name, head in heads.items()}
+    near = {name: (r.sub(1).abs().amax(dim=(1, 2)) < 0.3, r.add(1).abs().amax(dim=(1, 2)) < 0.3)
+            for name, r in residual.items()}
+    plus, minus = (float(m.float().mean()) for m in near["flow"])
+    assert plus + minus > 0.9 and 0.6 < plus / (plus + minus) < 0.8, (plus, minus)
+    assert float(near["l1"][0].float().mean()) > 0.9 and not near["l1"][1].any()
+    with torch.no_grad():
+        again = heads["flow"].predict(x, torch.Generator().manual_seed(1)) - 0.5 * x[:, None, :1]
+    torch.testing.assert_close(again, residual["flow"])
+
+
+def test_a_flow_head_trains_deploys_and_draws_its_noise_from_the_episodes_seed(tmp_path, policy_datasets):
+    """object_centric.head=flow: the checkpoint deploys a flow head, and an episode's actions follow from its seed
+    (the same seed, the same actions; another seed, other samples)."""
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", [(policy_datasets["real"], 1.0)], **{
+        "object_centric.perception": "tracking", "policy.cameras": "[]", "object_centric.head": "flow",
+        "policy.dim": 32, "policy.heads": 2, "policy.action_layers": 1}))
+    result = ObjectCentricTrainer(cfg).run(progress=False)
+    agent = load_agent(result.checkpoint)
+    assert isinstance(agent.policy.head, FlowHead)
+    cell = TwinCell(**agent.env_overrides)
+    try:
+        obs = cell.reset(seed=10001)
+
+        def first_action(seed: int) -> np.ndarray:
+            agent.reset(seed)
+            return agent.act(obs)
+
+        np.testing.assert_array_equal(first_action(1), first_action(1))
+        assert not np.allclose(first_action(1), first_action(2))
+    finally:
+        cell.close()
+    with pytest.raises(ConfigError, match="object_centric.head = 'mse': expected l1 or flow"):
+        compose_train_cfg(oc_overrides(tmp_path / "bad", [(policy_datasets["real"], 1.0)],
+                                       **{"object_centric.head": "mse"}))
     torch.set_num_threads(1)

@@ -161,6 +161,20 @@ def test_checkpoint_loads_back_to_identical_actions(tmp_path, policy_datasets):
     assert a.chunks.wants_chunk and len({x.tobytes() for x in first}) == 4
 
 
+def test_a_checkpoint_naming_the_decoder_without_its_module_deploys_the_same(tmp_path, policy_datasets):
+    """Checkpoints written before the action decoder was its own module (`ActionFlow`) name its weights without
+    the `flow.` prefix; loaded, they give the same chunks as the weights under their current names."""
+    trainer = Trainer(cfg_for(tmp_path, policy_datasets))
+    result = trainer.run(progress=False)
+    payload = torch.load(result.checkpoint, weights_only=True)
+    older = {**payload, "ema": {k.removeprefix("flow."): v for k, v in payload["ema"].items()}}
+    assert "decoder.layers.0.linear1.weight" in older["ema"]
+    torch.save(older, tmp_path / "older.pt")
+    obs = observation(trainer.datasets[0], 5)
+    np.testing.assert_array_equal(load_agent(tmp_path / "older.pt", seed=3).predict_chunk(obs),
+                                  load_agent(result.checkpoint, seed=3).predict_chunk(obs))
+
+
 def test_resumed_training_matches_an_uninterrupted_run(tmp_path, policy_datasets):
     straight = cfg_for(tmp_path / "a", policy_datasets, steps=6)
     Trainer(straight).run(progress=False)

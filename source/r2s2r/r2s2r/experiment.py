@@ -7,7 +7,8 @@ An experiment is a set of stages, each a run of one of the project's scripts wit
     sim_<cfg>            generate.py: simulated trajectories of one grounding configuration (wg_bg, wg_bu, wu_bg, wu_bu)
     train_<run>          train.py: real_only, the four co-trained policies, wg_bg_align (co-training with a domain
                          embedding and an alignment loss, where the scale has it), and the diagnostic's real10_only /
-                         real10_wg_bg; one run per training seed (<policy>, then <policy>_s<seed>)
+                         real10_wg_bg; one run per training seed (<policy>, then <policy>_s<seed>); where the scale
+                         has flow heads, <policy>_flow runs on the estimators of <policy>'s runs
     eval_<run>[_b<seed>] evaluate.py: the protocol on the real side, one stage per block of trial seeds
     simeval_<world>_<policy>  evaluate.py: the first seed's run in the grounded and ungrounded sim worlds
     report               the tables (in this process), each policy's real-side trials pooled over its runs and blocks
@@ -72,6 +73,10 @@ class Scale:
     # Held-out real demos (seeds from HELDOUT_SEED) on which each object-centric policy's perception is reported per
     # object (perception_report.py); 0: none.
     heldout_demos: int = 0
+    # Object-centric policies also trained with the flow-matching action head (object_centric.head=flow) on each of
+    # their runs' estimators, so both heads share perception, data and trials (`<policy>_flow`); the report sets
+    # each beside its L1 head.
+    flow_heads: tuple[str, ...] = ()
 
 
 SCALES = {
@@ -100,7 +105,8 @@ SCALES = {
                                "policy.ensemble=0", "object_centric.estimator_steps=4500"),
                        align=("cotrain.alignment_weight=0.1",),
                        sim_overrides=("datagen.corrective_noise=[0.02,0.01,0.005]", "datagen.corrective_tau=0.5"),
-                       sim_weight=0.75, seeds=(0, 1), blocks=(BASE_SEED, 2 * BASE_SEED), heldout_demos=24),
+                       sim_weight=0.75, seeds=(0, 1), blocks=(BASE_SEED, 2 * BASE_SEED), heldout_demos=24,
+                       flow_heads=("real_only", "wg_bg")),
     "paper": Scale(real_demos=100, sim_trajectories=1500, train_steps=30000, eval_trials=50, sim_eval_trials=50,
                    diagnostic=True),
 }
@@ -134,6 +140,11 @@ def policies(scale: Scale) -> dict[str, tuple[list[tuple[str, float]], tuple[str
         out["real10_only"] = ([("real10", 1.0)], ())
         out["real10_wg_bg"] = ([("real10", real_w), ("sim_wg_bg", sim_w)], ())
     return out
+
+
+def flow_name(name: str) -> str:
+    """The flow-head counterpart of policy `name` (Scale.flow_heads)."""
+    return f"{name}_flow"
 
 
 def runs(scale: Scale, name: str) -> dict[str, int]:
@@ -172,27 +183,35 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
             paths[f"sim_{cfg}"], "--seed", 0, "--no-progress", "--log-json", run_dir / "logs" / f"sim_{cfg}.chunks.jsonl",
             f"env.cameras=[{cams}]", f"env.image_size=[{size},{size}]", *extra, *scale.sim_overrides),
             [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
+    def train(run_name: str, seed: int, mixture: list[tuple[str, float]], extra: tuple[str, ...],
+              after: tuple[str, ...] = ()) -> Stage:
+        run = run_dir / "train" / run_name
+        datasets = ", ".join(f"{{path: {paths[s].absolute()}, weight: {w}}}" for s, w in mixture)
+        return Stage(f"train_{run_name}", _script(
+            "train.py", f"run_dir={run}", f"seed={seed}", f"steps={scale.train_steps}",
+            f"batch_size={scale.batch_size}", f"threads={threads}", f"data.datasets=[{datasets}]",
+            f"policy.cameras=[{cams}]", f"policy.image_size=[{size},{size}]", "checkpoint_every=500",
+            *scale.policy, *extra),
+            [run / "policy.pt"], after=sorted({s for s, _ in mixture} | set(after)),
+            frames_of=[paths[s] for s, _ in mixture])
+
+    def evaluate(name: str, run_name: str) -> list[Stage]:
+        out = []
+        for folder, block in evaluations(scale, run_name).items():
+            evaluation = run_dir / "eval" / folder
+            out.append(Stage(f"eval_{folder}", _script(
+                "evaluate.py", "--checkpoint", run_dir / "train" / run_name / "policy.pt", "--names", name,
+                "--trials", scale.eval_trials, "--base-seed", block, "--output", evaluation, "--no-progress",
+                *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
+                [evaluation / REAL_TASK / "results.json"], after=[f"train_{run_name}"]))
+        return out
+
     # The seeds of a policy one after the other: the two runs side by side share one dataset's frame cache.
     for name, (mixture, extra) in policies(scale).items():
-        datasets = ", ".join(f"{{path: {paths[s].absolute()}, weight: {w}}}" for s, w in mixture)
-        for run_name, seed in runs(scale, name).items():
-            run = run_dir / "train" / run_name
-            stages.append(Stage(f"train_{run_name}", _script(
-                "train.py", f"run_dir={run}", f"seed={seed}", f"steps={scale.train_steps}",
-                f"batch_size={scale.batch_size}", f"threads={threads}", f"data.datasets=[{datasets}]",
-                f"policy.cameras=[{cams}]", f"policy.image_size=[{size},{size}]", "checkpoint_every=500",
-                *scale.policy, *extra),
-                [run / "policy.pt"], after=sorted({s for s, _ in mixture}),
-                frames_of=[paths[s] for s, _ in mixture]))
+        stages += [train(run_name, seed, mixture, extra) for run_name, seed in runs(scale, name).items()]
     for name in policies(scale):
         for run_name in runs(scale, name):
-            for folder, block in evaluations(scale, run_name).items():
-                evaluation = run_dir / "eval" / folder
-                stages.append(Stage(f"eval_{folder}", _script(
-                    "evaluate.py", "--checkpoint", run_dir / "train" / run_name / "policy.pt", "--names", name,
-                    "--trials", scale.eval_trials, "--base-seed", block, "--output", evaluation, "--no-progress",
-                    *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
-                    [evaluation / REAL_TASK / "results.json"], after=[f"train_{run_name}"]))
+            stages += evaluate(name, run_name)
     if scale.heldout_demos:  # each policy's first run
         for name in policies(scale):
             report = perception_path(run_dir, name)
@@ -208,6 +227,16 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
                 scale.sim_eval_trials, "--output", evaluation, "--no-progress",
                 *(["--max-steps", scale.max_steps] if scale.max_steps else [])),
                 [evaluation / task / "results.json"], after=[f"train_{name}"]))
+    # The flow heads after everything else, on the estimators of the runs they sit beside.
+    for name in scale.flow_heads:
+        mixture, extra = policies(scale)[name]
+        for (run_name, seed), flow_run in zip(runs(scale, name).items(), runs(scale, flow_name(name))):
+            estimator = run_dir / "train" / run_name / "estimator.pt"
+            stages.append(train(flow_run, seed, mixture, (*extra, "object_centric.head=flow",
+                                                          f"object_centric.estimator_from={estimator}"),
+                                after=(f"train_{run_name}",)))
+        for flow_run in runs(scale, flow_name(name)):
+            stages += evaluate(flow_name(name), flow_run)
     return stages
 
 
@@ -293,13 +322,13 @@ def run_stages(stages: list[Stage], run_dir: Path, jobs: int = 2, echo=print) ->
     return not failed
 
 
-def _real_summaries(run_dir: Path, scale: Scale) -> dict[str, dict]:
+def _real_summaries(run_dir: Path, scale: Scale, names: list[str]) -> dict[str, dict]:
     """Each policy's real-side summary, its trials pooled over its training seeds' runs and the blocks."""
     from r2s2r.evaluation.protocol import pooled_rows, summarize
 
     return {name: summarize(pooled_rows(run_dir / "eval" / folder / REAL_TASK / name / "trials.jsonl"
                                         for run in runs(scale, name) for folder in evaluations(scale, run)))
-            for name in policies(scale)}
+            for name in names}
 
 
 def _sim_summaries(run_dir: Path, task: str, names: list[str]) -> dict[str, dict]:
@@ -317,20 +346,25 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     from r2s2r.evaluation.report import write_report
 
     names = list(policies(scale))
-    real = _real_summaries(run_dir, scale)
+    real = _real_summaries(run_dir, scale, names)
+    flows = _real_summaries(run_dir, scale, [flow_name(n) for n in scale.flow_heads])
     out_dir = run_dir / "report"
-    write_report(out_dir / REAL_TASK, real, f"Success on the real side (twin), scale {scale_name}")
+    write_report(out_dir / REAL_TASK, {**real, **flows}, f"Success on the real side (twin), scale {scale_name}")
     table = {(CONFIGS[c][0], CONFIGS[c][1]): (real[c]["overall"]["successes"], real[c]["overall"]["trials"])
              for c in CONFIGS}
     effects = {axis: main_effect(table, axis) for axis in ("world", "behaviour")}
 
     def versus(name: str, baseline: str) -> dict:
-        a, b = real[name]["overall"], real[baseline]["overall"]
+        a, b = ({**real, **flows}[n]["overall"] for n in (name, baseline))
         diff, low, high = difference_interval(a["successes"], a["trials"], b["successes"], b["trials"])
         return {"diff": diff, "interval": [low, high]}
 
     cotraining = {c: versus(c, "real_only") for c in CONFIGS}
     alignment = versus("wg_bg_align", "wg_bg") if "wg_bg_align" in real else None
+    # Each flow head against the L1 head it shares perception with, and co-training's effect with flow heads.
+    heads = {f"{flow_name(n)} vs {n}": versus(flow_name(n), n) for n in scale.flow_heads}
+    heads.update({f"{flow_name(c)} vs {flow_name('real_only')}": versus(flow_name(c), flow_name("real_only"))
+                  for c in CONFIGS if {c, "real_only"} <= set(scale.flow_heads)})
     sim = {world: ranking(real, _sim_summaries(run_dir, task, names)) for world, task in SIM_EVAL_TASKS.items()}
     perception = ({n: json.loads(perception_path(run_dir, n).read_text())["by_object"] for n in names}
                   if scale.heldout_demos else None)
@@ -338,6 +372,7 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     result = {"scale": scale_name, "scale_config": {k: getattr(scale, k) for k in scale.__dataclass_fields__},
               "real": real, "table": {f"world_{w}/behaviour_{b}": v for (w, b), v in table.items()},
               "main_effects": effects, "cotraining_effects": cotraining, "alignment_effect": alignment,
+              "flow_heads": flows, "head_effects": heads,
               "sim_as_evaluator": sim, "perception": perception, "stages": stages}
 
     pooled = (f" Each policy's trials pooled over {len(scale.seeds)} training seeds x {len(scale.blocks)} blocks "
@@ -358,9 +393,10 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     lines += [f"- Co-training with {c} vs real-only: {points(e)}" for c, e in cotraining.items()]
     if alignment:
         lines.append(f"- Alignment option ({' '.join(scale.align)}; wg_bg_align vs wg_bg): {points(alignment)}")
+    lines += [f"- Flow-matching head: {pair}: {points(e)}" for pair, e in heads.items()]
     lines += ["", "| policy | overall | nominal | shifted |", "|---|---|---|---|"]
     lines += [f"| {n} | {rate_text(s['overall'])} | {rate_text(s['nominal'])} | {rate_text(s['shifted'])} |"
-              for n, s in real.items()]
+              for n, s in {**real, **flows}.items()]
     lines += ["", "Sim as evaluator (overall success in sim vs on the real side, over the policies above):", "",
               "| sim world | Pearson r | Spearman rho | MMRV |", "|---|---:|---:|---:|"]
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731

@@ -126,8 +126,7 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
-    policy = ObjectCentricPolicy(payload["proprio_dim"], cfg.policy.chunk, cfg.policy.action_dim, oc.keypoints,
-                                 oc.hidden, oc.dropout)
+    policy = ObjectCentricPolicy.from_cfg(cfg, payload["proprio_dim"])
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
                               name=str(path), action_frame=oc.action_frame, perception=oc.perception,

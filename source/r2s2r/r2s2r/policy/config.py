@@ -170,6 +170,7 @@ class CotrainCfg:
 ACTION_FRAMES = ("hand", "object", "hand_bin", "object_bin")
 PHASED_FRAMES = ACTION_FRAMES[2:]  # anchored on the bin once the object is lifted (they need the belt's height)
 PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
+HEADS = ("l1", "flow")  # ObjectCentricCfg.head
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,12 @@ class ObjectCentricCfg:
     estimator_batch: int = 64
     head_batch: int = 256
     keypoints: int = 16
-    hidden: int = 512  # head width
-    dropout: float = 0.1
+    # The action head: `l1` (an MLP regressing the chunk, `hidden` wide) or `flow` (the flow transformer's
+    # action decoder conditioned on the head's input, sized by policy.dim, policy.heads, policy.action_layers and
+    # policy.flow_steps). docs/results.md compares them on the same perception, data and trials.
+    head: str = "l1"
+    hidden: int = 512  # the L1 head's width
+    dropout: float = 0.1  # either head's
     # Photometric augmentation of the estimator's images, 1.0 = sized to the study's lighting shift; 0 turns it off.
     lighting_augmentation: float = 1.0
     # Weight of the keypoint loss: keypoint 0 learns to attend where the object projects in the camera of this world
@@ -224,7 +229,7 @@ class ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
         each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame one of ACTION_FRAMES, control_hz in
-        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS."""
+        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS, head one of HEADS."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -248,6 +253,7 @@ class ObjectCentricCfg:
         require(isinstance(self.height_from_size, bool), f"{where}.height_from_size", self.height_from_size,
                 "true or false")
         require(self.perception in PERCEPTIONS, f"{where}.perception", self.perception, " or ".join(PERCEPTIONS))
+        require(self.head in HEADS, f"{where}.head", self.head, " or ".join(HEADS))
         return self
 
 

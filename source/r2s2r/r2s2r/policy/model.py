@@ -62,6 +62,47 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator | No
     return x.permute(0, 2, 3, 1)[batch, rows, cols].to(images.dtype)
 
 
+class ActionFlow(nn.Module):
+    """The action-chunk decoder of conditional flow matching, on normalized chunks (B, chunk, A): one token per
+    step of the noisy chunk, tagged with the flow time, self-attends across the chunk and cross-attends to the
+    conditioning tokens (`memory`, (B, M, dim)); it predicts the velocity of the straight path from noise to the
+    chunk. Sampling integrates that velocity with `flow_steps` Euler steps. The flow transformer conditions it on
+    its observation tokens, the object-centric policy's flow head on its tracked state."""
+
+    def __init__(self, dim: int, heads: int, chunk: int, action_dim: int, layers: int, dropout: float,
+                 flow_steps: int):
+        super().__init__()
+        self.dim, self.flow_steps = dim, flow_steps
+        self.action_in = nn.Linear(action_dim, dim)
+        self.action_pos = nn.Parameter(torch.randn(1, chunk, dim) * 0.02)
+        self.time_mlp = nn.Sequential(nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, dim))
+        self.decoder = nn.TransformerDecoder(
+            nn.TransformerDecoderLayer(dim, heads, 4 * dim, dropout, "gelu", batch_first=True, norm_first=True),
+            layers)
+        self.action_out = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, action_dim))
+
+    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        h = self.action_in(x_t) + self.action_pos + self.time_mlp(time_embedding(t, self.dim))[:, None]
+        return self.action_out(self.decoder(h, memory))
+
+    def loss(self, memory: torch.Tensor, x1: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The flow-matching loss for normalized chunks x1 (B, chunk, A): x_t = (1 - t) x0 + t x1 from Gaussian
+        noise x0 at a uniform time t, target velocity x1 - x0."""
+        x0 = torch.randn(x1.shape, generator=generator)
+        t = torch.rand(x1.shape[0], generator=generator)
+        x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * x1
+        return F.mse_loss(self.velocity(x_t, t, memory), x1 - x0)
+
+    @torch.no_grad()
+    def sample(self, memory: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Normalized chunks (B, chunk, A) integrated from `noise` (B, chunk, A)."""
+        x = noise
+        for k in range(self.flow_steps):
+            t = torch.full((x.shape[0],), k / self.flow_steps, device=x.device)
+            x = x + self.velocity(x, t, memory) / self.flow_steps
+        return x
+
+
 class FlowMatchingPolicy(nn.Module):
     """See the module docstring. `proprio_dim` is the width of the concatenated proprio keys."""
 
@@ -80,18 +121,22 @@ class FlowMatchingPolicy(nn.Module):
                                                    norm_first=True)
         self.obs_transformer = nn.TransformerEncoder(layer(), cfg.obs_layers, enable_nested_tensor=False)
         self.obs_norm = nn.LayerNorm(d)
-        self.action_in = nn.Linear(cfg.action_dim, d)
-        self.action_pos = nn.Parameter(torch.randn(1, cfg.chunk, d) * 0.02)
-        self.time_mlp = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
-        self.decoder = nn.TransformerDecoder(
-            nn.TransformerDecoderLayer(d, cfg.heads, 4 * d, cfg.dropout, "gelu", batch_first=True, norm_first=True),
-            cfg.action_layers)
-        self.action_out = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, cfg.action_dim))
+        self.flow = ActionFlow(d, cfg.heads, cfg.chunk, cfg.action_dim, cfg.action_layers, cfg.dropout,
+                               cfg.flow_steps)
         for name, width in (("proprio", proprio_dim), ("action", cfg.action_dim)):
             mean = torch.zeros(width) if stats is None else torch.as_tensor(getattr(stats, f"{name}_mean"))
             std = torch.ones(width) if stats is None else torch.as_tensor(getattr(stats, f"{name}_std"))
             self.register_buffer(f"{name}_mean", mean.float())
             self.register_buffer(f"{name}_std", std.float())
+
+    # Checkpoints written before the action decoder became its own module (`ActionFlow`) name its weights without
+    # the `flow.` prefix; loading renames them, so those checkpoints still deploy and resume.
+    _DECODER_KEYS = ("action_in.", "action_pos", "time_mlp.", "decoder.", "action_out.")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        for key in [k for k in state_dict if k.startswith(prefix) and k[len(prefix):].startswith(self._DECODER_KEYS)]:
+            state_dict[prefix + "flow." + key[len(prefix):]] = state_dict.pop(key)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- observation -------------------------------------------------------------------------------------------
     def encode(self, images: dict[str, torch.Tensor], proprio: torch.Tensor,
@@ -120,10 +165,6 @@ class FlowMatchingPolicy(nn.Module):
         return tokens.mean(dim=1)
 
     # -- actions -----------------------------------------------------------------------------------------------
-    def velocity(self, x_t: torch.Tensor, t: torch.Tensor, obs_tokens: torch.Tensor) -> torch.Tensor:
-        h = self.action_in(x_t) + self.action_pos + self.time_mlp(time_embedding(t, self.cfg.dim))[:, None]
-        return self.action_out(self.decoder(h, obs_tokens))
-
     def normalize_actions(self, actions: torch.Tensor) -> torch.Tensor:
         return (actions - self.action_mean) / self.action_std
 
@@ -133,22 +174,12 @@ class FlowMatchingPolicy(nn.Module):
     def flow_loss(self, obs_tokens: torch.Tensor, actions: torch.Tensor,
                   generator: torch.Generator | None = None) -> torch.Tensor:
         """Conditional flow-matching loss for raw action chunks (B, chunk, A)."""
-        x1 = self.normalize_actions(actions)
-        x0 = torch.randn(x1.shape, generator=generator)
-        t = torch.rand(x1.shape[0], generator=generator)
-        x_t = (1 - t[:, None, None]) * x0 + t[:, None, None] * x1
-        return F.mse_loss(self.velocity(x_t, t, obs_tokens), x1 - x0)
+        return self.flow.loss(obs_tokens, self.normalize_actions(actions), generator)
 
     @torch.no_grad()
     def sample(self, obs_tokens: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        """Raw action chunks (B, chunk, A) integrated from `noise` (B, chunk, A) with `flow_steps` Euler steps."""
-        x = noise
-        steps = self.cfg.flow_steps
-        for k in range(steps):
-            t = torch.full((x.shape[0],), k / steps, device=x.device)
-            x = x + self.velocity(x, t, obs_tokens) / steps
-        return self.denormalize_actions(x)
-
+        """Raw action chunks (B, chunk, A) integrated from `noise` (B, chunk, A)."""
+        return self.denormalize_actions(self.flow.sample(obs_tokens, noise))
 
 def to_tensors(batch: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """numpy observations {images: {camera: uint8}, proprio: float} -> torch tensors (no copy for images)."""

@@ -12,10 +12,10 @@ object state in `obs/datagen_info`):
   ray through the calibrated camera (`CameraGeometry`) meets the plane at the estimated height; elsewhere nothing.
 - `BeltTracker` fuses the measurements over time with a Kalman filter (constant velocity, the conveyor's set-point
   as the velocity prior): while the arm hides the object, the filter carries it along the belt.
-- `ActionHead` (an MLP with an L1 loss, the head that trains on a CPU at this data size) maps the tracked object
-  state relative to the hand, the proprioception and the set-point to a chunk of actions whose positions are
-  relative to an anchor (`object_centric.action_frame`): the hand's position, the tracked object's, or by phase
-  (either of those on the belt, the bin's once the object is lifted).
+- The head (`object_centric.head`: `ActionHead`, an MLP with an L1 loss, or `FlowHead`, the flow transformer's
+  action decoder) maps the tracked object state relative to the hand, the proprioception and the set-point to a
+  chunk of actions whose positions are relative to an anchor (`object_centric.action_frame`): the hand's
+  position, the tracked object's, or by phase (either of those on the belt, the bin's once the object is lifted).
 
 At deployment the policy observes exactly what the flow transformer does (its cameras and proprioception) plus the
 conveyor's speed set-point; it never sees tracker data.
@@ -36,6 +36,7 @@ from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
 from r2s2r.policy.chunks import ActionChunks
 from r2s2r.policy.config import PHASED_FRAMES
+from r2s2r.policy.model import ActionFlow
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
 POS, YAW, SIZE, BIN = slice(0, 3), slice(3, 5), slice(5, 8), slice(8, 11)
@@ -342,7 +343,8 @@ def object_locator(cfg) -> ObjectLocator:
 
 
 class ActionHead(nn.Module):
-    """Normalized (tracked state | proprio) -> normalized action chunk (B, chunk, action_dim)."""
+    """`object_centric.head=l1`: normalized (tracked state | proprio) -> normalized action chunk (B, chunk,
+    action_dim) by regression, an MLP with an L1 loss."""
 
     def __init__(self, in_dim: int, chunk: int, action_dim: int, hidden: int = 512, dropout: float = 0.1):
         super().__init__()
@@ -353,6 +355,33 @@ class ActionHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x).view(-1, self.chunk, self.action_dim)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return F.l1_loss(self(x), y)
+
+    def predict(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self(x)
+
+
+class FlowHead(nn.Module):
+    """`object_centric.head=flow`: the same mapping by conditional flow matching, with the flow transformer's
+    action decoder (`ActionFlow`, sized by `policy.dim`, `policy.heads`, `policy.action_layers` and
+    `policy.flow_steps`) conditioned on the normalized input as one token. Where the L1 head regresses to the
+    median of what the demos did in a state, this head samples one of the ways they did it."""
+
+    def __init__(self, in_dim: int, chunk: int, action_dim: int, dim: int, heads: int, layers: int, dropout: float,
+                 flow_steps: int):
+        super().__init__()
+        self.chunk, self.action_dim = chunk, action_dim
+        self.condition = nn.Sequential(nn.Linear(in_dim, dim), nn.GELU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.flow = ActionFlow(dim, heads, chunk, action_dim, layers, dropout, flow_steps)
+
+    def loss(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.flow.loss(self.condition(x)[:, None], y, generator)
+
+    def predict(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        noise = torch.randn((len(x), self.chunk, self.action_dim), generator=generator)
+        return self.flow.sample(self.condition(x)[:, None], noise)
 
 
 @dataclass
@@ -498,14 +527,23 @@ def head_input(tracked: np.ndarray, ee_pos: np.ndarray, proprio: np.ndarray) -> 
 class ObjectCentricPolicy(nn.Module):
     """The estimator and the head with their normalization statistics (buffers, so a checkpoint carries them)."""
 
-    def __init__(self, proprio_dim: int, chunk: int, action_dim: int, keypoints: int = 16, hidden: int = 512,
-                 dropout: float = 0.1):
+    def __init__(self, proprio_dim: int, chunk: int, action_dim: int, keypoints: int = 16, head: nn.Module | None = None):
         super().__init__()
         self.estimator = ObjectEstimator(keypoints)
-        self.head = ActionHead(STATE_DIM + proprio_dim, chunk, action_dim, hidden, dropout)
+        self.head = head if head is not None else ActionHead(STATE_DIM + proprio_dim, chunk, action_dim)
         for name, dim in (("label", LABEL_DIM), ("input", STATE_DIM + proprio_dim), ("action", action_dim)):
             self.register_buffer(f"{name}_mean", torch.zeros(dim))
             self.register_buffer(f"{name}_std", torch.ones(dim))
+
+    @classmethod
+    def from_cfg(cls, cfg, proprio_dim: int) -> ObjectCentricPolicy:
+        """The policy a training config (`TrainCfg`) describes, untrained, with the head `object_centric.head`
+        names."""
+        p, oc = cfg.policy, cfg.object_centric
+        in_dim = STATE_DIM + proprio_dim
+        head = ActionHead(in_dim, p.chunk, p.action_dim, oc.hidden, oc.dropout) if oc.head == "l1" else \
+            FlowHead(in_dim, p.chunk, p.action_dim, p.dim, p.heads, p.action_layers, oc.dropout, p.flow_steps)
+        return cls(proprio_dim, p.chunk, p.action_dim, oc.keypoints, head)
 
     def set_stats(self, name: str, mean: np.ndarray, std: np.ndarray) -> None:
         getattr(self, f"{name}_mean").copy_(torch.as_tensor(mean, dtype=torch.float32))
@@ -524,10 +562,11 @@ class ObjectCentricPolicy(nn.Module):
                 pixels.numpy().astype(float), spread.numpy().astype(float))
 
     @torch.no_grad()
-    def act_chunk(self, inputs: np.ndarray) -> np.ndarray:
-        """Head inputs (B, D) -> actions (B, chunk, action_dim), positions still relative to the anchor."""
+    def act_chunk(self, inputs: np.ndarray, generator: torch.Generator | None = None) -> np.ndarray:
+        """Head inputs (B, D) -> actions (B, chunk, action_dim), positions still relative to the anchor; a flow
+        head draws its noise from `generator`."""
         x = (torch.from_numpy(inputs) - self.input_mean) / self.input_std
-        return (self.head(x) * self.action_std + self.action_mean).numpy().astype(float)
+        return (self.head.predict(x, generator) * self.action_std + self.action_mean).numpy().astype(float)
 
 
 def belt_top(cell) -> float:
@@ -617,12 +656,14 @@ class ObjectCentricAgent:
             BeltTracker(1.0 / control_hz, belt_top=resting_belt_top)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
         self.chunks = ActionChunks(cfg.execute, cfg.ensemble)
+        self.generator = torch.Generator().manual_seed(0)  # a flow head's noise; an L1 head draws nothing
 
     @property
     def env_overrides(self) -> dict:
         return {"cameras": tuple(self.cfg.cameras), "image_size": tuple(self.cfg.image_size)}
 
-    def reset(self, seed: int | None = None) -> None:  # deterministic: the seed has nothing to draw
+    def reset(self, seed: int | None = None) -> None:
+        self.generator.manual_seed(0 if seed is None else seed)
         self.tracker.reset()
         self.tracked = None
         self.chunks.reset()
@@ -650,7 +691,7 @@ class ObjectCentricAgent:
         self.tracked = tracked
         if self.chunks.wants_chunk:
             ee = proprio[EE_POS]
-            chunk = self.policy.act_chunk(head_input(tracked, ee, proprio)[None])[0]
+            chunk = self.policy.act_chunk(head_input(tracked, ee, proprio)[None], self.generator)[0]
             chunk[:, :3] += action_anchor(self.action_frame, tracked, ee, self.belt_top)[0]
             self.chunks.add(chunk)
         return self.chunks.next()

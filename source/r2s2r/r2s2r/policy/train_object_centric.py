@@ -3,7 +3,7 @@
 1. the estimator on every frame of the mixture (labels from `obs/datagen_info`), photometric augmentation;
    `estimator.pt` holds it, so a rerun after an interruption goes straight to stage 2;
 2. the tracker run over every demo with the trained estimator, exactly as at deployment, then the action head on
-   the tracked states (L1 on normalized, hand-relative action chunks).
+   the tracked states (`object_centric.head`: L1 or flow matching on normalized, anchor-relative action chunks).
 
 With `object_centric.perception=tracking` there is no stage 1: the head trains on the demos' stored object states
 through `ExactTracker`, as it reads the cell's tracking at deployment, and no images are loaded.
@@ -43,7 +43,8 @@ from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 # Fields only the head's training reads: a run folder whose estimator.pt was trained under other values of these (a
 # head retrained with other settings, or an estimator copied from another run folder) reuses that estimator.
 HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute", "policy.ensemble",
-                    "object_centric.head_batch", "object_centric.hidden", "object_centric.dropout",
+                    "object_centric.head_batch", "object_centric.head", "object_centric.hidden",
+                    "object_centric.dropout", "policy.dim", "policy.heads", "policy.action_layers", "policy.flow_steps",
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
                     "object_centric.action_frame", "object_centric.estimator_from", "object_centric.height_from_size")
 # Fields that shape the estimator's weights: a checkpoint given as `object_centric.estimator_from` must agree on them.
@@ -207,8 +208,7 @@ class ObjectCentricTrainer:
         h, w = cfg.policy.image_size
         self.photometric = (Photometric((3, h, w), oc.lighting_augmentation, cfg.seed)
                             if oc.lighting_augmentation else None)
-        self.model = ObjectCentricPolicy(self.datasets[0].proprio.shape[1], cfg.policy.chunk, cfg.policy.action_dim,
-                                         oc.keypoints, oc.hidden, oc.dropout)
+        self.model = ObjectCentricPolicy.from_cfg(cfg, self.datasets[0].proprio.shape[1])
         weights = [d.weight for d in self.datasets]
         self.p = np.array(weights) / sum(weights)
         self.model.set_stats("label", *weighted_moments([d.labels for d in self.datasets], weights))
@@ -350,7 +350,7 @@ class ObjectCentricTrainer:
 
     def head_update(self, x: torch.Tensor, y: torch.Tensor, step: int) -> float:
         head = self.model.head
-        return self._optimize(self.head_opt, head, torch.nn.functional.l1_loss(head(x), y), step, self.cfg.steps)
+        return self._optimize(self.head_opt, head, head.loss(x, y, self.generator), step, self.cfg.steps)
 
     def train_head(self, progress: bool) -> float:
         self.prepare_head()
