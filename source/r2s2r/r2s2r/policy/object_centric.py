@@ -527,10 +527,10 @@ def head_input(tracked: np.ndarray, ee_pos: np.ndarray, proprio: np.ndarray) -> 
 class ObjectCentricPolicy(nn.Module):
     """The estimator and the head with their normalization statistics (buffers, so a checkpoint carries them)."""
 
-    def __init__(self, proprio_dim: int, chunk: int, action_dim: int, keypoints: int = 16, head: nn.Module | None = None):
+    def __init__(self, proprio_dim: int, action_dim: int, head: nn.Module, keypoints: int = 16):
         super().__init__()
         self.estimator = ObjectEstimator(keypoints)
-        self.head = head if head is not None else ActionHead(STATE_DIM + proprio_dim, chunk, action_dim)
+        self.head = head  # ActionHead or FlowHead over STATE_DIM + proprio_dim inputs
         for name, dim in (("label", LABEL_DIM), ("input", STATE_DIM + proprio_dim), ("action", action_dim)):
             self.register_buffer(f"{name}_mean", torch.zeros(dim))
             self.register_buffer(f"{name}_std", torch.ones(dim))
@@ -543,7 +543,7 @@ class ObjectCentricPolicy(nn.Module):
         in_dim = STATE_DIM + proprio_dim
         head = ActionHead(in_dim, p.chunk, p.action_dim, oc.hidden, oc.dropout) if oc.head == "l1" else \
             FlowHead(in_dim, p.chunk, p.action_dim, p.dim, p.heads, p.action_layers, oc.dropout, p.flow_steps)
-        return cls(proprio_dim, p.chunk, p.action_dim, oc.keypoints, head)
+        return cls(proprio_dim, p.action_dim, head, oc.keypoints)
 
     def set_stats(self, name: str, mean: np.ndarray, std: np.ndarray) -> None:
         getattr(self, f"{name}_mean").copy_(torch.as_tensor(mean, dtype=torch.float32))
