@@ -366,22 +366,31 @@ class ActionHead(nn.Module):
 class FlowHead(nn.Module):
     """`object_centric.head=flow`: the same mapping by conditional flow matching, with the flow transformer's
     action decoder (`ActionFlow`, sized by `policy.dim`, `policy.heads`, `policy.action_layers` and
-    `policy.flow_steps`) conditioned on the normalized input as one token. Where the L1 head regresses to the
-    median of what the demos did in a state, this head samples one of the ways they did it."""
+    `policy.flow_steps`) cross-attending to CONDITION_TOKENS tokens made from the normalized input. Where the L1
+    head regresses to the median of what the demos did in a state, this head samples one of the ways they did it."""
+
+    # Cross-attention to a single token adds the same vector to every step of the chunk; several tokens let each
+    # step take its own mixture of the input, which the head on the closed-loop rung needed (docs/results.md).
+    CONDITION_TOKENS = 8
 
     def __init__(self, in_dim: int, chunk: int, action_dim: int, dim: int, heads: int, layers: int, dropout: float,
                  flow_steps: int):
         super().__init__()
-        self.chunk, self.action_dim = chunk, action_dim
-        self.condition = nn.Sequential(nn.Linear(in_dim, dim), nn.GELU(), nn.Linear(dim, dim), nn.LayerNorm(dim))
+        self.chunk, self.action_dim, self.dim = chunk, action_dim, dim
+        self.condition = nn.Sequential(nn.Linear(in_dim, dim), nn.GELU(), nn.Linear(dim, self.CONDITION_TOKENS * dim))
+        self.condition_norm = nn.LayerNorm(dim)
         self.flow = ActionFlow(dim, heads, chunk, action_dim, layers, dropout, flow_steps)
 
+    def memory(self, x: torch.Tensor) -> torch.Tensor:
+        """The conditioning tokens (B, CONDITION_TOKENS, dim) of normalized inputs (B, in_dim)."""
+        return self.condition_norm(self.condition(x).view(len(x), self.CONDITION_TOKENS, self.dim))
+
     def loss(self, x: torch.Tensor, y: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        return self.flow.loss(self.condition(x)[:, None], y, generator)
+        return self.flow.loss(self.memory(x), y, generator)
 
     def predict(self, x: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         noise = torch.randn((len(x), self.chunk, self.action_dim), generator=generator)
-        return self.flow.sample(self.condition(x)[:, None], noise)
+        return self.flow.sample(self.memory(x), noise)
 
 
 @dataclass
