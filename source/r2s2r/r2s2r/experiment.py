@@ -183,6 +183,7 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
             paths[f"sim_{cfg}"], "--seed", 0, "--no-progress", "--log-json", run_dir / "logs" / f"sim_{cfg}.chunks.jsonl",
             f"env.cameras=[{cams}]", f"env.image_size=[{size},{size}]", *extra, *scale.sim_overrides),
             [paths[f"sim_{cfg}"]], after=["real"] if behaviour == "grounded" else []))
+
     def train(run_name: str, seed: int, mixture: list[tuple[str, float]], extra: tuple[str, ...],
               after: tuple[str, ...] = ()) -> Stage:
         run = run_dir / "train" / run_name
