@@ -93,6 +93,25 @@ def test_an_interrupted_write_leaves_no_cache_file_and_a_damaged_one_is_written_
     np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"], expected)
 
 
+def test_what_a_killed_writer_left_is_deleted_by_the_next_write_and_by_dropping(dataset, tmp_path):
+    """A writer killed before its rename leaves its temporary file (`atomic_path`'s, named by its pid): the next
+    load, which writes that cache file under the dataset's lock, deletes it, and so does dropping the dataset's
+    caches; another dataset's is kept."""
+    with DemoReader(dataset) as reader:
+        file = frame_cache_file(dataset, reader.names, "right_wrist", (24, 24))
+    file.parent.mkdir(parents=True)
+    killed = file.with_name(f".{file.name}.999999.tmp")
+    killed.write_bytes(b"half a frame")
+    load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    assert cache_files(tmp_path) == [file.name]
+    killed.write_bytes(b"half a frame")
+    other = file.with_name(".otherdataset_0_24x24.u8.999999.tmp")
+    other.write_bytes(b"another dataset's")
+    expected = file.stat().st_size + len(b"half a frame")
+    assert drop_frame_caches(dataset) == expected
+    assert cache_files(tmp_path) == [other.name]
+
+
 def test_dropping_a_datasets_caches_keeps_the_others_and_the_next_load_writes_them_again(dataset, tmp_path):
     other = tmp_path / "other.hdf5"
     shutil.copy(dataset, other)

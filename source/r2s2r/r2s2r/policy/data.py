@@ -101,11 +101,17 @@ def _frame_cache_lock(path: Path) -> Iterator[None]:
         yield
 
 
+def _unfinished(file: Path) -> list[Path]:
+    """The temporary files `atomic_path` writes `file` through: what a writer killed before its rename left."""
+    return list(file.parent.glob(f".{file.name}.*.tmp"))
+
+
 def drop_frame_caches(path: Path) -> int:
-    """Delete every frame cache file of dataset `path` (its trainings are over; at the study's scale each
-    simulated dataset's frames take ~14 GB). Returns the bytes freed."""
+    """Delete every frame cache file of dataset `path`, and what killed writers left of them (its trainings are
+    over; at the study's scale each simulated dataset's frames take ~14 GB). Returns the bytes freed."""
     freed = 0
-    for file in frame_cache_dir().glob(f"{_dataset_key(Path(path))}_*.u8"):
+    key = _dataset_key(Path(path))
+    for file in [*frame_cache_dir().glob(f"{key}_*.u8"), *frame_cache_dir().glob(f".{key}_*.u8.*.tmp")]:
         freed += file.stat().st_size
         file.unlink(missing_ok=True)
     return freed
@@ -124,8 +130,11 @@ def _mapped_frames(file: Path, count: int, size: tuple[int, int]) -> np.ndarray 
 def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, Path],
                         size: tuple[int, int]) -> None:
     """Write each camera's frames of demos `names`, resized to `size`, to its cache file (camera -> file), demo by
-    demo; a file appears under its name only once every demo's frames are in it."""
+    demo; a file appears under its name only once every demo's frames are in it. Called under the dataset's lock, so
+    a temporary file of the same cache file is a killed writer's and is deleted first."""
     next(iter(caches.values())).parent.mkdir(parents=True, exist_ok=True)
+    for stale in (t for file in caches.values() for t in _unfinished(file)):
+        stale.unlink(missing_ok=True)
     with ExitStack() as stack:
         files = {c: stack.enter_context(open(stack.enter_context(atomic_path(file)), "wb"))
                  for c, file in caches.items()}
