@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_script
 
-from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, flow_name, plan, policies, runs
+from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, evaluations, flow_name, plan, policies, runs
 from r2s2r.tasks import REAL_TASK
 
 
@@ -131,7 +131,6 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     from conftest import ROOT
     from r2s2r.evaluation import difference_interval
     from r2s2r.evaluation.protocol import make_protocol, summarize
-    from r2s2r.experiment import evaluations
 
     monkeypatch.setitem(SCALES, "pooled", POOLED)
     scale = SCALES[scale_name]
@@ -284,3 +283,17 @@ def test_every_scales_training_stages_compose_a_valid_config(tmp_path, scale_nam
             sibling = next(r for r, seed in runs(scale, flow).items() if seed == cfg.seed)
             assert cfg.object_centric.estimator_from == str(tmp_path / "train" / sibling / "estimator.pt")
             assert f"train_{sibling}" in stage.after
+
+
+@pytest.mark.parametrize("scale_name", sorted(SCALES))
+def test_each_policys_evaluations_are_planned_before_the_next_policys_training(tmp_path, scale_name):
+    """The scheduler starts ready stages in plan order: a run stopped part-way then holds whole rows of the table,
+    the real-only row first, instead of every training and no evaluation."""
+    scale = SCALES[scale_name]
+    order = [s.name for s in plan(tmp_path, scale)]
+    names = [*policies(scale), *map(flow_name, scale.flow_heads)]
+    assert names[0] == "real_only"
+    for earlier, later in zip(names, names[1:]):
+        last_eval = max(order.index(f"eval_{f}") for r in runs(scale, earlier) for f in evaluations(scale, r))
+        first_train = min(order.index(f"train_{r}") for r in runs(scale, later))
+        assert last_eval < first_train, (earlier, later)

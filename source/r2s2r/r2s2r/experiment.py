@@ -207,10 +207,11 @@ def plan(run_dir: Path, scale: Scale, threads: int = 1) -> list[Stage]:
                 [evaluation / REAL_TASK / "results.json"], after=[f"train_{run_name}"]))
         return out
 
-    # The seeds of a policy one after the other: the two runs side by side share one dataset's frame cache.
+    # Per policy its runs, then their evaluations: the scheduler starts the first ready stage in this order, so
+    # a run stopped part-way has whole rows of the real-side table (real-only first), not every training and no
+    # evaluation. The seeds of a policy one after the other: two runs side by side share one frame cache.
     for name, (mixture, extra) in policies(scale).items():
         stages += [train(run_name, seed, mixture, extra) for run_name, seed in runs(scale, name).items()]
-    for name in policies(scale):
         for run_name in runs(scale, name):
             stages += evaluate(name, run_name)
     if scale.heldout_demos:  # each policy's first run
