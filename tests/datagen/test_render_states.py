@@ -21,7 +21,7 @@ def _blocks(images: np.ndarray) -> np.ndarray:
 def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_path, policy_datasets, capsys):
     """The oracle is the recording itself: the twin's right wrist view rendered from each stored state equals the
     recorded frame up to sensor noise (and the state of a second later would not); a new camera joins it,
-    everything else is copied as it was, and a rerun renders nothing again. On the first 80 steps of the first
+    everything else is copied as it was, and a rerun renders nothing again. On the first 50 steps of the first
     recorded demo (every rendered step costs two twin images): the hand reaches out over the moving belt."""
     from r2s2r.data.hdf5 import DemoWriter
 
@@ -35,7 +35,7 @@ def test_rendered_views_are_the_recorded_ones_and_other_fields_are_copied(tmp_pa
         env_args = {k: v for k, v in reader.env_args.items() if k not in ("env_name", "type")}
         demo = reader.load(reader.names[0])
         with DemoWriter(source, reader.env_name, env_args) as writer:
-            writer.append(first_steps(demo, len(demo["actions"]), 80), reader.attrs(reader.names[0]))
+            writer.append(first_steps(demo, len(demo["actions"]), 50), reader.attrs(reader.names[0]))
     result = run_script("render_states.py", "--dataset", str(source), "--cameras", "right_wrist", "head_left",
                         "--output", str(out), "--no-progress")
     assert result.returncode == 0, result.stderr

@@ -115,36 +115,19 @@ def test_kit_starts_only_for_isaac_rtx_cameras(tmp_path):
     assert "Isaac Sim" not in newton.stderr and "Traceback" not in newton.stderr
 
 
-def test_play_plays_an_isaaclab_task(tmp_path):
-    """play.py plays the scripted controller in an Isaac Lab task: the episode the MuJoCo task draws for the seed, its
-    cameras (Isaac Lab sensors, Newton's Warp renderer) tiled into the video, one frame per control step."""
-    import imageio.v2 as imageio
-
-    from r2s2r.tasks.pick_sort.env import PickSortEnv
-
-    video = tmp_path / "play.mp4"
-    result = isaaclab_p("scripts/play.py", "--task", "Isaac-R2S2R-PickSort-Grounded-v0", "--seed", "2",
-                        "--max-steps", "4", "--cameras", "right_wrist,head_left", "--size", "32", "--video", str(video))
-    assert result.returncode == 0, result.stderr
-    _, info = PickSortEnv(world="grounded", cameras=()).reset(seed=2)
-    assert (f"episode 0: max_steps after 0.2 s ({info['object']}, {info['colour']}, belt {info['belt_speed']:.3f} "
-            "m/s)") in result.stdout
-    frames = imageio.mimread(video)
-    assert len(frames) == 4 and frames[0].shape == (32, 64, 3)
-    assert all(f[:, :32].std() > 5 and f[:, 32:].std() > 5 for f in frames)  # both cameras see the cell
-
-
 def test_play_plays_episodes_side_by_side_on_several_environments(tmp_path):
-    """--num_envs 2 and three episodes: episodes 0 and 1 together, then episode 2 while the second environment has
-    none; each is the episode the MuJoCo task draws for its seed, and each frame has a row per environment."""
+    """play.py plays the scripted controller in an Isaac Lab task with --num_envs 2 and three episodes: episodes 0
+    and 1 together, then episode 2 while the second environment has none. Each is the episode the MuJoCo task draws
+    for its seed; each frame has a row per environment holding its cameras side by side (Isaac Lab sensors,
+    Newton's Warp renderer), one frame per control step."""
     import imageio.v2 as imageio
 
     from r2s2r.tasks.pick_sort.env import PickSortEnv
 
     video = tmp_path / "play.mp4"
     result = isaaclab_p("scripts/play.py", "--task", "Isaac-R2S2R-PickSort-Grounded-v0", "--seed", "2", "--num_envs",
-                        "2", "--episodes", "3", "--max-steps", "4", "--cameras", "right_wrist", "--size", "32",
-                        "--video", str(video))
+                        "2", "--episodes", "3", "--max-steps", "4", "--cameras", "right_wrist,head_left", "--size",
+                        "32", "--video", str(video))
     assert result.returncode == 0, result.stderr
     env = PickSortEnv(world="grounded", cameras=())
     for ep in range(3):
@@ -152,8 +135,13 @@ def test_play_plays_episodes_side_by_side_on_several_environments(tmp_path):
         assert (f"episode {ep}: max_steps after 0.2 s ({info['object']}, {info['colour']}, belt "
                 f"{info['belt_speed']:.3f} m/s)") in result.stdout, result.stdout
     frames = imageio.mimread(video)
-    assert len(frames) == 8 and frames[0].shape == (64, 32, 3)
-    assert all(f[:32].std() > 5 for f in frames) and all(f[32:].std() > 5 for f in frames[:4])
+    assert len(frames) == 8 and frames[0].shape == (64, 64, 3)
+
+    def views(frame, row):  # environment `row`'s two camera images
+        return frame[32 * row:32 * (row + 1), :32], frame[32 * row:32 * (row + 1), 32:]
+
+    assert all(view.std() > 5 for f in frames for view in views(f, 0))  # both cameras see the cell
+    assert all(view.std() > 5 for f in frames[:4] for view in views(f, 1))
     assert all(f[32:].mean() < 3 for f in frames[4:])  # the second round has no episode for the second environment
 
 

@@ -354,8 +354,7 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     sign = np.where(hi >= lo, 1.0, -1.0)
     # The chessboard across the line, 1 beyond the minus edge on a rising profile: steps of sign -1, +1, -1 (times
     # the profile's sign) at the minus neighbour, the edge and the plus neighbour.
-    s = sign[:, None]
-    base = (sign > 0).astype(np.float64)[:, None]
+    base = (sign > 0).astype(np.float64)
     weight = (prof < SATURATED).astype(np.float64)
     dark, light = np.minimum(lo, hi), np.maximum(lo, hi)
     margin_amp = np.zeros(len(prof))
@@ -364,33 +363,42 @@ def _edge_fit(offs: np.ndarray, prof: np.ndarray, minus: np.ndarray, plus: np.nd
     half = offs[:, -1]
     resid = np.zeros_like(prof)
     # The margin beyond an outer square: below the minus neighbour or above the plus one; nothing inside.
-    below, above = (outer < 0).astype(np.float64)[:, None], (outer > 0).astype(np.float64)[:, None]
+    below_all, above_all = (outer < 0).astype(np.float64), (outer > 0).astype(np.float64)
+    # A profile whose step no longer changes its edge or width is settled and left as it is: the steps go to the
+    # profiles still moving, which are few after the first steps.
+    settled = np.zeros(len(prof), dtype=bool)
+    moved, widened = np.zeros(len(prof)), np.zeros(len(prof))
     for _ in range(MAX_GAUSS_NEWTON_STEPS):
-        inv_sigma = 1.0 / sigma[:, None]
-        u = np.stack([(offs - (c + edge)[:, None]) * inv_sigma for c in (minus, 0.0, plus)])
+        k = np.flatnonzero(~settled)
+        o, w, s = offs[k], weight[k], sign[k, None]
+        below, above, amp = below_all[k, None], above_all[k, None], margin_amp[k, None]
+        e, sg = edge[k], sigma[k]
+        inv_sigma = 1.0 / sg[:, None]
+        u = np.stack([(o - (c + e)[:, None]) * inv_sigma for c in (minus[k], 0.0, plus[k])])
         u0, u1, u2 = u
         (c0, c1, c2), (p0, p1, p2) = ndtr(u), np.exp(-0.5 * u * u) / _SQRT_2PI
-        pattern = base + s * (c1 - c0 - c2)
-        scale = (light - dark)[:, None]
+        pattern = base[k, None] + s * (c1 - c0 - c2)
+        scale = (light[k] - dark[k])[:, None]
         margin = below * (1.0 - c0) + above * c2
-        model = dark[:, None] + scale * pattern + margin_amp[:, None] * margin
-        amp = margin_amp[:, None]
+        model = dark[k, None] + scale * pattern + amp * margin
         d_edge = (-scale * s * (p1 - p0 - p2) + amp * (below * p0 - above * p2)) * inv_sigma
         d_sigma = (-scale * s * (p1 * u1 - p0 * u0 - p2 * u2) + amp * (below * p0 * u0 - above * p2 * u2)) * inv_sigma
         d_sigma *= free_sigma  # a held width's column is zero; the ridge below then keeps its step at zero
-        resid = (prof - model) * weight
-        jac = np.stack([d_edge, d_sigma, 1.0 - pattern, pattern, margin], axis=2) * weight[:, :, None]
+        resid[k] = r = (prof[k] - model) * w
+        jac = np.stack([d_edge, d_sigma, 1.0 - pattern, pattern, margin], axis=2) * w[:, :, None]
         jt = jac.transpose(0, 2, 1)
         # The small ridge keeps the margin's amplitude at zero across inner lines, where its column is empty.
-        step = np.linalg.solve(jt @ jac + 1e-6 * np.eye(5), jt @ resid[..., None])[..., 0]
-        new_edge = np.clip(edge + np.clip(step[:, 0], -1.0, 1.0), -0.6 * half, 0.6 * half)
-        new_sigma = np.clip(sigma + np.clip(step[:, 1], -0.5 * sigma, sigma), 0.3, half)
-        moved, widened = np.abs(new_edge - edge), np.abs(new_sigma - sigma) / new_sigma
-        edge, sigma = new_edge, new_sigma
-        dark, light = dark + step[:, 2], light + step[:, 3]
-        margin_amp = margin_amp + step[:, 4]
+        step = np.linalg.solve(jt @ jac + 1e-6 * np.eye(5), jt @ r[..., None])[..., 0]
+        new_edge = np.clip(e + np.clip(step[:, 0], -1.0, 1.0), -0.6 * half[k], 0.6 * half[k])
+        new_sigma = np.clip(sg + np.clip(step[:, 1], -0.5 * sg, sg), 0.3, half[k])
+        moved[k], widened[k] = np.abs(new_edge - e), np.abs(new_sigma - sg) / new_sigma
+        edge[k], sigma[k] = new_edge, new_sigma
+        dark[k] += step[:, 2]
+        light[k] += step[:, 3]
+        margin_amp[k] += step[:, 4]
         # Settled is judged on what the step changed, not on the step: the width of an edge sharper than the
         # samples resolve sits at its lower bound and keeps asking to shrink, which would run the fit to the cap.
+        settled[k] = (moved[k] < 0.002) & (widened[k] < 0.002)
         if np.percentile(moved, 95) < 0.002 and np.percentile(widened, 95) < 0.002:
             break
     contrast = light - dark
