@@ -13,7 +13,7 @@ Tolerances (the study's, per item; a parameter passes on a truth when every item
 
 The table (pass rate per parameter over the truths, worst error) goes to stdout in Markdown, every item to the JSON
 output. `--check` exits 1 if any parameter misses on any truth (the test suite runs `--sampled 2 --views 12
---fisheye-views 24 --arm-poses 80 --check`: tests/calibration/grounding_runs.py).
+--fisheye-views 16 --arm-poses 80 --check`: tests/calibration/grounding_runs.py).
 
 Usage: python benchmarks/bench_grounding.py [--truths reality reality_alt] [--sampled 12 --seed 0] [--check]
            [--views 30 --fisheye-views 60 --arm-poses 150] [--output outputs/bench_grounding.json]

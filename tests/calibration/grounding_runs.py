@@ -1,7 +1,7 @@
 """Sampled truths grounded once per test run, shared by the tolerance test (truths 0 and 1) and the pipeline tests
 (truth 0): for each, a whole calibration session recorded on the truth's twin and grounded by calibrate.py, through
 `benchmarks/bench_grounding.py`'s own `ground`, so that CI checks exactly what
-`bench_grounding.py --sampled 2 --seed 0 --views 12 --fisheye-views 24 --arm-poses 80 --check` checks. The sessions
+`bench_grounding.py --sampled 2 --seed 0 --views 12 --fisheye-views 16 --arm-poses 80 --check` checks. The sessions
 are smaller than the recorder's defaults (30 and 60 views, 150 arm poses) to halve the run's cost; every parameter
 still passes its tolerance on both truths with at least a third of the tolerance to spare (docs/world_grounding.md),
 so a regression in any estimator shows. Whichever pytest-xdist worker asks first builds a truth (`built_once`); the
@@ -22,7 +22,7 @@ from r2s2r.real.truths import sample_truth, truth_text
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_grounding  # noqa: E402
 
-SESSION = {"views": 12, "fisheye_views": 24, "arm_poses": 80}
+SESSION = {"views": 12, "fisheye_views": 16, "arm_poses": 80}
 
 
 @dataclass(frozen=True)
