@@ -8,8 +8,6 @@ import time
 
 import pytest
 
-from conftest import run_script
-
 from r2s2r.experiment import CONFIGS, SCALES, SIM_EVAL_TASKS, evaluations, flow_name, plan, policies, runs
 from r2s2r.tasks import REAL_TASK
 
@@ -29,6 +27,8 @@ time.sleep(0.1)  # stages.json keeps wall times to 0.1 s: every stage's is then 
 script, args = Path(sys.argv[0]).name, sys.argv[1:]
 def value(option, default=None):
     return args[args.index(option) + 1] if option in args else default
+if os.environ.get("STUB_FAIL") and str(value("--output", "")).endswith(os.environ["STUB_FAIL"]):
+    sys.exit(f"{script}: failing as asked")
 datasets = [m for a in args if a.startswith("data.datasets=") for m in re.findall(r"path: ([^,}]+)", a)]
 inputs = [a.split("=", 1)[1] for a in args if a.startswith(("generator.source=", "object_centric.estimator_from="))]
 inputs += datasets
@@ -118,17 +118,33 @@ POOLED = dataclasses.replace(SCALES["smoke"], seeds=(0, 3), blocks=(10000, 20000
                              heldout_demos=2, flow_heads=("real_only", "wg_bg"))
 
 
-@pytest.mark.parametrize("scale_name", ["smoke", "pooled"])
-def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_path, monkeypatch, capsys,
-                                                                            scale_name):
-    """experiment.py's own run: stages side by side in dependency order, stages.json, the report (each policy's
-    trials pooled over its runs and blocks, as an independent pooling of the prepared rows gives it), each dataset's
-    frame cache deleted once its last training is over, and a rerun that skips every stage and makes the same
-    report; the stage scripts are the stand-in above."""
+@pytest.fixture
+def stub_experiment(tmp_path, monkeypatch):
+    """scripts/experiment.py loaded as a module, its stages run by the stand-in above."""
     import importlib.util
 
     import r2s2r.experiment
     from conftest import ROOT
+
+    stubs = tmp_path / "scripts"
+    stubs.mkdir()
+    for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py", "perception_report.py"):
+        (stubs / script).write_text(STUB)
+    monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "frames"))
+    monkeypatch.setattr(r2s2r.experiment, "SCRIPTS", stubs)
+    spec = importlib.util.spec_from_file_location("_experiment_script", ROOT / "scripts" / "experiment.py")
+    experiment = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(experiment)
+    return experiment
+
+
+@pytest.mark.parametrize("scale_name", ["smoke", "pooled"])
+def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_path, monkeypatch, capsys,
+                                                                            scale_name, stub_experiment):
+    """experiment.py's own run: stages side by side in dependency order, stages.json, the report (each policy's
+    trials pooled over its runs and blocks, as an independent pooling of the prepared rows gives it), each dataset's
+    frame cache deleted once its last training is over, and a rerun that skips every stage and makes the same
+    report; the stage scripts are the stand-in above."""
     from r2s2r.evaluation import difference_interval
     from r2s2r.evaluation.protocol import make_protocol, summarize
 
@@ -137,10 +153,6 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     names = list(policies(scale))
     flows = [flow_name(n) for n in scale.flow_heads]
     assert ("wg_bg_align" in names) == (scale_name == "smoke")
-    stubs = tmp_path / "scripts"
-    stubs.mkdir()
-    for script in ("collect_real.py", "generate.py", "train.py", "evaluate.py", "perception_report.py"):
-        (stubs / script).write_text(STUB)
     prepared, pooled = {}, {}  # run -> task -> block -> rows; policy -> its real-side rows over runs and blocks
     k = 0
     for name in names + flows:
@@ -165,11 +177,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     (tmp_path / "perception.json").write_text(json.dumps(perception))
     monkeypatch.setenv("STUB_PERCEPTION", str(tmp_path / "perception.json"))
     monkeypatch.setenv("STUB_REAL_TASK", REAL_TASK)
-    monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "frames"))
-    monkeypatch.setattr(r2s2r.experiment, "SCRIPTS", stubs)
-    spec = importlib.util.spec_from_file_location("_experiment_script", ROOT / "scripts" / "experiment.py")
-    experiment = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(experiment)
+    experiment = stub_experiment
 
     run_dir = tmp_path / scale_name
     code = experiment.main(["--scale", scale_name, "--run-dir", str(run_dir)])
@@ -245,18 +253,17 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
     assert time.time() - start < 60
 
 
-def test_a_failed_stage_stops_its_dependents_and_names_its_log(tmp_path):
-    run_dir = tmp_path / "broken"
-    # Corrupt real data in place: collection is skipped (its output exists), everything that reads it fails. The
-    # configurations without source demos get corrupt data too, so no stage spends time generating.
-    (run_dir / "data").mkdir(parents=True)
-    for name in ("real", "sim_wg_bu", "sim_wu_bu"):
-        (run_dir / "data" / f"{name}.hdf5").write_text("not a dataset")
-    result = run_script("experiment.py", "--scale", "smoke", "--run-dir", str(run_dir), "--jobs", "1", timeout=900)
-    assert result.returncode == 1
-    assert "[FAILED] sim_wg_bg" in result.stdout and "logs/sim_wg_bg.log" in result.stdout
-    assert "[start] train_wg_bg" not in result.stdout  # depends on a failed stage
-    assert "some stages failed" in result.stderr
+def test_a_failed_stage_stops_its_dependents_and_names_its_log(tmp_path, monkeypatch, capsys, stub_experiment):
+    """A stage that fails (here the grounded-behaviour generation) is named with its log; what depends on it does
+    not start, everything else runs, and the run exits 1."""
+    monkeypatch.setenv("STUB_FAIL", "sim_wg_bg.hdf5")
+    assert stub_experiment.main(["--scale", "smoke", "--run-dir", str(tmp_path / "broken"), "--jobs", "1"]) == 1
+    out = capsys.readouterr()
+    assert "[FAILED] sim_wg_bg" in out.out and "logs/sim_wg_bg.log" in out.out
+    assert "failing as asked" in (tmp_path / "broken" / "logs" / "sim_wg_bg.log").read_text()
+    assert "[start] train_wg_bg" not in out.out and "[start] train_wg_bg_align" not in out.out  # they read it
+    assert "[done] train_wg_bu" in out.out  # independent of it
+    assert "some stages failed" in out.err
 
 
 @pytest.mark.parametrize("scale_name", sorted(SCALES))
