@@ -93,6 +93,44 @@ def test_an_interrupted_write_leaves_no_cache_file_and_a_damaged_one_is_written_
     np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"], expected)
 
 
+def test_a_cache_folder_without_room_is_named_before_and_while_writing(dataset, tmp_path, monkeypatch):
+    """Too little room for the frames stops the load before anything is written; a disk that fills while writing
+    (other jobs write there too) stops it with the same message and no partial file. Either names the dataset, the
+    room needed, the folder and R2S2R_FRAME_CACHE; with room, the next load writes the frames."""
+    import errno
+    from collections import namedtuple
+
+    from r2s2r.data.hdf5 import DatasetError
+
+    need = reader_frames(dataset).nbytes
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(data.shutil, "disk_usage", lambda folder: usage(10 * need, 9 * need, need - 1))
+    with pytest.raises(DatasetError) as info:
+        load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    message = str(info.value)
+    assert message.startswith(f"{dataset}: the frames of cameras ['right_wrist'] at 24x24 need "), message
+    assert f"{need / 1e9:.2f} GB in the frame cache {tmp_path / 'cache'}" in message and "R2S2R_FRAME_CACHE" in message
+    assert cache_files(tmp_path) == []
+    monkeypatch.undo()
+    monkeypatch.setenv("R2S2R_FRAME_CACHE", str(tmp_path / "cache"))
+    resize = data._resize
+
+    def disk_fills(frames, size):  # the disk is full by the second demo
+        if disk_fills.calls:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        disk_fills.calls += 1
+        return resize(frames, size)
+
+    disk_fills.calls = 0
+    monkeypatch.setattr(data, "_resize", disk_fills)
+    with pytest.raises(DatasetError, match="R2S2R_FRAME_CACHE"):
+        load_dataset(DatasetCfg(path=str(dataset)), POLICY)
+    assert cache_files(tmp_path) == []
+    monkeypatch.setattr(data, "_resize", resize)
+    np.testing.assert_array_equal(load_dataset(DatasetCfg(path=str(dataset)), POLICY).images["right_wrist"],
+                                  reader_frames(dataset))
+
+
 def test_what_a_killed_writer_left_is_deleted_by_the_next_write_and_by_dropping(dataset, tmp_path):
     """A writer killed before its rename leaves its temporary file (`atomic_path`'s, named by its pid): the next
     load, which writes that cache file under the dataset's lock, deletes it, and so does dropping the dataset's

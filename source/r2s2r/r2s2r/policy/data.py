@@ -18,10 +18,12 @@ the demo's end (the robot holds its final target), as diffusion-policy-style chu
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -127,21 +129,39 @@ def _mapped_frames(file: Path, count: int, size: tuple[int, int]) -> np.ndarray 
     return np.memmap(file, dtype=np.uint8, mode="r", shape=(count, *size, 3))
 
 
-def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, Path],
+def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, Path], count: int,
                         size: tuple[int, int]) -> None:
-    """Write each camera's frames of demos `names`, resized to `size`, to its cache file (camera -> file), demo by
-    demo; a file appears under its name only once every demo's frames are in it. Called under the dataset's lock, so
-    a temporary file of the same cache file is a killed writer's and is deleted first."""
-    next(iter(caches.values())).parent.mkdir(parents=True, exist_ok=True)
+    """Write each camera's `count` frames of demos `names`, resized to `size`, to its cache file (camera -> file),
+    demo by demo; a file appears under its name only once every demo's frames are in it. Called under the dataset's
+    lock, so a temporary file of the same cache file is a killed writer's and is deleted first. A cache folder
+    without room for the frames raises `DatasetError` before anything is written, or, when the disk fills while
+    writing (other jobs write there too), once the partial files are deleted."""
+    folder = next(iter(caches.values())).parent
+    folder.mkdir(parents=True, exist_ok=True)
     for stale in (t for file in caches.values() for t in _unfinished(file)):
         stale.unlink(missing_ok=True)
-    with ExitStack() as stack:
-        files = {c: stack.enter_context(open(stack.enter_context(atomic_path(file)), "wb"))
-                 for c, file in caches.items()}
-        for name in names:
-            obs = reader.load(name, only=tuple(f"obs/{c}" for c in caches))["obs"]
-            for c, f in files.items():
-                f.write(np.ascontiguousarray(_resize(obs[c], size)).tobytes())
+    need = count * size[0] * size[1] * 3 * len(caches)
+
+    def no_room(free: int) -> DatasetError:
+        return DatasetError(
+            f"{reader.path}: the frames of cameras {list(caches)} at {size[0]}x{size[1]} need {need / 1e9:.2f} GB in "
+            f"the frame cache {folder}, which has {free / 1e9:.2f} GB free: free room there, or set R2S2R_FRAME_CACHE "
+            f"to a folder on a disk with room")
+
+    if need > shutil.disk_usage(folder).free:
+        raise no_room(shutil.disk_usage(folder).free)
+    try:
+        with ExitStack() as stack:
+            files = {c: stack.enter_context(open(stack.enter_context(atomic_path(file)), "wb"))
+                     for c, file in caches.items()}
+            for name in names:
+                obs = reader.load(name, only=tuple(f"obs/{c}" for c in caches))["obs"]
+                for c, f in files.items():
+                    f.write(np.ascontiguousarray(_resize(obs[c], size)).tobytes())
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise no_room(shutil.disk_usage(folder).free) from None
 
 
 def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
@@ -207,7 +227,7 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
             images = {c: _mapped_frames(file, offset, size) for c, file in caches.items()}
             missing = [c for c, frames in images.items() if frames is None]
             if missing:
-                _write_frame_caches(reader, names, {c: caches[c] for c in missing}, size)
+                _write_frame_caches(reader, names, {c: caches[c] for c in missing}, offset, size)
                 images.update({c: _mapped_frames(caches[c], offset, size) for c in missing})
     return LoadedDataset(
         path=str(path), domain=domain, weight=float(entry.weight), images=images,
