@@ -55,3 +55,23 @@ def test_an_output_whose_folders_are_missing_is_written_whole_after_they_are_mad
     write_text_atomic(path, "{}\n")
     assert path.read_text() == "{}\n"
     assert [p.name for p in path.parent.iterdir()] == ["report.json"]
+
+
+def test_only_a_killed_writers_temporary_file_is_unfinished(tmp_path):
+    """A process killed inside `atomic_path` leaves its temporary file and no output; `unfinished_writes` finds it by
+    the output's name pattern, and not another file's. A write that ends, or fails, leaves nothing to find."""
+    from r2s2r.files import atomic_path, unfinished_writes
+
+    killed = (f"import os\nfrom r2s2r.files import atomic_path\n"
+              f"with atomic_path({str(tmp_path / 'frames_a.u8')!r}) as tmp:\n"
+              f"    open(tmp, 'wb').write(b'half')\n    os._exit(9)\n")
+    assert subprocess.run([sys.executable, "-c", killed], timeout=60).returncode == 9
+    with atomic_path(tmp_path / "frames_b.u8") as tmp:
+        tmp.write_bytes(b"whole")
+    with pytest.raises(RuntimeError), atomic_path(tmp_path / "frames_c.u8") as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError
+    left = unfinished_writes(tmp_path, "frames_*.u8")
+    assert len(left) == 1 and left[0].read_bytes() == b"half" and not (tmp_path / "frames_a.u8").exists()
+    assert unfinished_writes(tmp_path, "frames_a.u8") == left and unfinished_writes(tmp_path, "frames_b.u8") == []
+    assert (tmp_path / "frames_b.u8").read_bytes() == b"whole"

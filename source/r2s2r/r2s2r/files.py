@@ -18,12 +18,22 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     the block ends without an exception, and is removed in every case (the pid keeps concurrent writers apart)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(_temporary_name(path.name, str(os.getpid())))
     try:
         yield tmp
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _temporary_name(name: str, writer: str) -> str:
+    return f".{name}.{writer}.tmp"
+
+
+def unfinished_writes(folder: str | os.PathLike, pattern: str) -> list[Path]:
+    """The temporary files `atomic_path` left in `folder` for files whose names match the glob `pattern`: what
+    writers killed before their rename left (a writer that ended, well or not, leaves none)."""
+    return list(Path(folder).glob(_temporary_name(pattern, "*")))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -33,7 +33,7 @@ import cv2
 import numpy as np
 
 from r2s2r.data.hdf5 import DatasetError, DemoReader
-from r2s2r.files import atomic_path, cache_dir
+from r2s2r.files import atomic_path, cache_dir, unfinished_writes
 from r2s2r.policy.config import DOMAINS, DatasetCfg, PolicyCfg
 from r2s2r.tasks import REAL_TASK
 
@@ -103,17 +103,12 @@ def _frame_cache_lock(path: Path) -> Iterator[None]:
         yield
 
 
-def _unfinished(file: Path) -> list[Path]:
-    """The temporary files `atomic_path` writes `file` through: what a writer killed before its rename left."""
-    return list(file.parent.glob(f".{file.name}.*.tmp"))
-
-
 def drop_frame_caches(path: Path) -> int:
     """Delete every frame cache file of dataset `path`, and what killed writers left of them (its trainings are
     over; at the study's scale each simulated dataset's frames take ~14 GB). Returns the bytes freed."""
     freed = 0
     key = _dataset_key(Path(path))
-    for file in [*frame_cache_dir().glob(f"{key}_*.u8"), *frame_cache_dir().glob(f".{key}_*.u8.*.tmp")]:
+    for file in [*frame_cache_dir().glob(f"{key}_*.u8"), *unfinished_writes(frame_cache_dir(), f"{key}_*.u8")]:
         freed += file.stat().st_size
         file.unlink(missing_ok=True)
     return freed
@@ -138,7 +133,7 @@ def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, 
     writing (other jobs write there too), once the partial files are deleted."""
     folder = next(iter(caches.values())).parent
     folder.mkdir(parents=True, exist_ok=True)
-    for stale in (t for file in caches.values() for t in _unfinished(file)):
+    for stale in (t for file in caches.values() for t in unfinished_writes(folder, file.name)):
         stale.unlink(missing_ok=True)
     need = count * size[0] * size[1] * 3 * len(caches)
 
