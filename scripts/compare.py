@@ -8,10 +8,10 @@ Example (two training seeds per arm, each evaluated on the protocol's two blocks
 
 An arm is a name and the results it pools: `trials.jsonl` files that evaluate.py wrote, or folders searched for
 them. For every arm: successes over trials with the Wilson 95 % interval, nominal and shifted conditions, each
-shifted condition, and the failures by reason; for every arm after the first, its difference from the first with
-Newcombe's 95 % interval (the arms taken as independent samples). The trials of two arms are paired when they ran
-the same trial seeds under the same conditions, as evaluate.py's blocks do for every policy; the report says
-whether they did. Finished trials only: an evaluation still running can be compared as it stands.
+shifted condition, each object, and the failures by reason; for every arm after the first, its difference from the
+first with Newcombe's 95 % interval (the arms taken as independent samples). The trials of two arms are paired when
+they ran the same trial seeds under the same conditions, as evaluate.py's blocks do for every policy; the report
+says whether they did. Finished trials only: an evaluation still running can be compared as it stands.
 
 Prints the table; with --output, writes compare.md and compare.json there (each written whole, then renamed).
 """
@@ -99,6 +99,14 @@ def markdown(report: dict) -> str:
         lines.append(f"| {name} | {rate_text(s['overall'])} | {vs} | {s['nominal']['successes']}/"
                      f"{s['nominal']['trials']} | {s['shifted']['successes']}/{s['shifted']['trials']} | {shifted} | "
                      f"{failures} |")
+    # Where the arms differ is often one object (a grasp the real demos cannot teach), so each object gets a row.
+    objects = sorted({obj for arm in report["arms"].values() for obj in arm["summary"]["by_object"]})
+    if objects:
+        lines += ["", "| object | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+        for obj in objects:
+            cells = [arm["summary"]["by_object"].get(obj) for arm in report["arms"].values()]
+            lines.append(f"| {obj} | " + " | ".join("-" if c is None else f"{c['successes']}/{c['trials']}"
+                                                    for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,9 +11,11 @@ from r2s2r.evaluation.protocol import make_protocol
 from r2s2r.evaluation.stats import difference_interval, wilson_interval
 
 
-def write_block(path, base_seed: int, successes: set[int], failure: str = "fell_off_belt", partial: bool = False):
-    """A results file of one 50-trial block in which the trials `successes` (indices) succeed."""
-    rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "object": "cube",
+def write_block(path, base_seed: int, successes: set[int], failure: str = "fell_off_belt", partial: bool = False,
+                objects: tuple[str, ...] = ("cube",)):
+    """A results file of one 50-trial block in which the trials `successes` (indices) succeed; trial i's object is
+    objects[i % len(objects)]."""
+    rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "object": objects[t.index % len(objects)],
              "success": t.index in successes, "failure": None if t.index in successes else failure}
             for t in make_protocol(50, base_seed)]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -63,3 +65,25 @@ def test_a_path_without_results_and_a_repeated_arm_are_refused(tmp_path, monkeyp
     code, err = run_script_in_process("compare.py", "--arm", "x", str(tmp_path / "a.jsonl"), str(tmp_path / "a.jsonl"),
                                       cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
     assert code == 2 and "given twice" in err
+
+
+def test_each_object_has_a_row_with_every_arms_count(tmp_path, capsys):
+    """The per-object table: each object any arm met, each arm's successes over its trials of it ("-" where an arm
+    never met it), counted here from the rows written."""
+    write_block(tmp_path / "a.jsonl", 10000, set(range(0, 50, 3)), objects=("cube", "capsule"))
+    write_block(tmp_path / "b.jsonl", 10000, set(range(20)), objects=("cube", "capsule", "sphere"))
+    assert script_module("compare.py").main(["--arm", "real_only", str(tmp_path / "a.jsonl"), "--arm", "cotrained",
+                                             str(tmp_path / "b.jsonl")]) == 0
+    table = capsys.readouterr().out
+    expected = {"a": {}, "b": {}}
+    for arm, objects, wins in (("a", ("cube", "capsule"), set(range(0, 50, 3))),
+                               ("b", ("cube", "capsule", "sphere"), set(range(20)))):
+        for i in range(50):
+            tally = expected[arm].setdefault(objects[i % len(objects)], [0, 0])
+            tally[0] += i in wins
+            tally[1] += 1
+    assert "| object | real_only | cotrained |" in table
+    for obj in ("capsule", "cube", "sphere"):
+        cells = ["-" if obj not in expected[arm] else "{}/{}".format(*expected[arm][obj]) for arm in ("a", "b")]
+        assert f"| {obj} | {cells[0]} | {cells[1]} |" in table, table
+    assert "| sphere | - |" in table
