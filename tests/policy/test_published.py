@@ -1,6 +1,6 @@
-"""The published policies (assets/policies/): they load safely, fit the size budget, were trained with the current
-recipe, and pick on the twin as `scripts/evaluate.py` runs them (the protocol's first trial, which both
-pass in docs/results.md)."""
+"""The published policies (assets/policies/: the `study1500` scale's real-only and fully grounded runs of seed 0):
+they load safely, fit the size budget, were trained with the current recipe, and pick on the twin as
+`scripts/evaluate.py` runs them (the protocol's first trial, which both pass in docs/results.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from r2s2r.evaluation.protocol import agent_observation
 from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import load_checkpoint
-from r2s2r.policy.object_centric import ObjectCentricAgent
+from r2s2r.policy.object_centric import ActionHead, ObjectCentricAgent
 from r2s2r.real.twin import TwinCell
 
 POLICIES = Path(__file__).resolve().parents[2] / "assets" / "policies"
@@ -28,8 +28,9 @@ def test_published_policy_loads_and_lifts_the_object(name):
     assert len(cfg["data"]["datasets"]) == (1 if name == "real_only" else 2)
     agent = load_agent(path)
     assert isinstance(agent, ObjectCentricAgent)
-    # Trained before object_centric.height_from_size existed: deployed on the regressed height, as trained.
-    assert "height_from_size" not in cfg["object_centric"] and agent.tracker.belt_top is None
+    # A resting object's height from its fused size, as trained (the `study1500` recipe).
+    assert cfg["object_centric"]["height_from_size"] and agent.tracker.belt_top is not None
+    assert cfg["policy"]["ensemble"] == 0 and isinstance(agent.policy.head, ActionHead)  # the L1 head, ensembled
     cell = TwinCell(**agent.env_overrides)
     try:
         obs = cell.reset(condition="nominal", seed=10000)
