@@ -232,6 +232,8 @@ def test_an_unreachable_ray_address_fails_within_seconds(tmp_path, there):
                             "--num-trajectories", "1", "--output", str(out), "--no-progress", "--ray-address", address,
                             *SMALL], capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=120)
         seconds = time.monotonic() - started
-    assert r.returncode == 2 and seconds < 15, (seconds, r.stderr[-2000:])
+    # Seconds, not the minutes of a hang: the script's start (its imports) plus the 5 s probe, which a loaded
+    # machine stretches to about 17 s.
+    assert r.returncode == 2 and seconds < 30, (seconds, r.stderr[-2000:])
     assert f"Ray cluster at {address}" in r.stderr.splitlines()[-1]
     assert not out.exists() and not Path(str(out) + ".shards").exists()
