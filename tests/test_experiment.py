@@ -164,7 +164,8 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
                 tasks += [(t, scale.sim_eval_trials, "sim") for t in SIM_EVAL_TASKS.values()]
             for task, n, block in tasks:  # a different success pattern per run, task and block
                 k += 1
-                rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "success": (t.index * k) % 5 < 2}
+                rows = [{"index": t.index, "seed": t.seed, "condition": t.condition, "success": (t.index * k) % 5 < 2,
+                         "object": ("cube", "capsule", "sphere")[(t.index + k) % 3]}
                         for t in make_protocol(n, base_seed=10000 if block == "sim" else block)]
                 prepared[run].setdefault(task, {})[str(block)] = (rows, summarize(rows))
                 if task == REAL_TASK:
@@ -213,6 +214,12 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
                                            summaries[b]["overall"]["successes"], per_policy)
         assert report["head_effects"][pair] == {"diff": diff, "interval": [lo, hi]}
         assert f"- Flow-matching head: {pair}: {100 * diff:+.0f} points" in markdown
+    # Success per object, each policy's pooled rows counted here.
+    assert "| policy | capsule | cube | sphere |" in markdown
+    for name, rows in pooled.items():
+        counts = [f"{sum(r['success'] for r in rows if r['object'] == o)}/{sum(r['object'] == o for r in rows)}"
+                  for o in ("capsule", "cube", "sphere")]
+        assert f"| {name} | {' | '.join(counts)} |" in markdown, name
     if scale.heldout_demos:  # each policy's first run's report on the held-out demos, a row per policy
         assert report["perception"] == {name: perception[name]["by_object"] for name in names}
         for k, name in enumerate(names):

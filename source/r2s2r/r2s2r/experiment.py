@@ -399,6 +399,14 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     lines += ["", "| policy | overall | nominal | shifted |", "|---|---|---|---|"]
     lines += [f"| {n} | {rate_text(s['overall'])} | {rate_text(s['nominal'])} | {rate_text(s['shifted'])} |"
               for n, s in {**real, **flows}.items()]
+    # Per object: where a policy's gain or loss sits is often one object (a grasp the demos cannot teach).
+    objects = sorted({o for s in {**real, **flows}.values() for o in s["by_object"]})
+    if objects:
+        lines += ["", "Success per object, k/n:", "", "| policy | " + " | ".join(objects) + " |",
+                  "|---|" + "---:|" * len(objects)]
+        lines += [f"| {n} | " + " | ".join(f"{s['by_object'][o]['successes']}/{s['by_object'][o]['trials']}"
+                                           if o in s["by_object"] else "–" for o in objects) + " |"
+                  for n, s in {**real, **flows}.items()]
     lines += ["", "Sim as evaluator (overall success in sim vs on the real side, over the policies above):", "",
               "| sim world | Pearson r | Spearman rho | MMRV |", "|---|---:|---:|---:|"]
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731
