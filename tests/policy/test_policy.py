@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import h5py
 import numpy as np
@@ -110,7 +111,7 @@ def test_a_dataset_entry_can_take_the_demos_of_some_conditions(tmp_path, policy_
     assert (fast.num_demos, nominal.num_demos, whole.num_demos) == (1, whole.num_demos - 1, whole.num_demos)
     np.testing.assert_array_equal(fast.actions, whole.actions[:first])
     np.testing.assert_array_equal(nominal.actions, whole.actions[first:])
-    with pytest.raises(DatasetError, match=r"conditions = \['lighting'\] .*mixed.hdf5.*no demo was recorded under "
+    with pytest.raises(DatasetError, match=r"conditions = \['lighting'\] .*mixed.hdf5.*no demo was recorded with "
                                            r"them; the file's conditions are \['belt_speed', 'nominal'\]"):
         load_dataset(DatasetCfg(path=str(path), conditions=("lighting",)), cfg.policy)
     with pytest.raises(ConfigError, match=r"data.datasets\[0\].conditions = \['fast'\] .*'fast' is not a reset "
@@ -120,6 +121,42 @@ def test_a_dataset_entry_can_take_the_demos_of_some_conditions(tmp_path, policy_
     composed = cfg_for(tmp_path, policy_datasets,
                        extra=[f"data.datasets=[{{path: {path}, weight: 1.0, conditions: [belt_speed]}}]"])
     assert tuple(composed.data.datasets[0].conditions) == ("belt_speed",)
+
+
+def test_a_dataset_entry_can_take_the_demos_of_some_objects(tmp_path, policy_datasets):
+    """`objects` keeps the demos of the named objects, in file order, and combines with `conditions`; an object the
+    file does not hold is refused naming the file and the objects it holds, and a name that is not a string by the
+    config's own checks."""
+    import shutil
+
+    import h5py
+
+    cfg = cfg_for(tmp_path, policy_datasets)
+    path = tmp_path / "objects.hdf5"
+    shutil.copy(policy_datasets["real"], path)
+    with h5py.File(path, "r+") as f:
+        names = sorted(f["data"])
+        recorded = [str(f["data"][n].attrs["object"]) for n in names]
+        f["data"][names[0]].attrs["object"] = "capsule"  # demo 0 as if it carried the capsule
+        f["data"][names[0]].attrs["condition"] = "belt_speed"
+    recorded[0] = "capsule"
+    whole = load_dataset(DatasetCfg(path=str(path)), cfg.policy)
+    capsule = load_dataset(DatasetCfg(path=str(path), objects=("capsule",)), cfg.policy)
+    first = int(whole.demo_end[0]) + 1
+    assert capsule.num_demos == recorded.count("capsule") and capsule.demo_objects[0] == "capsule"
+    np.testing.assert_array_equal(capsule.actions[:first], whole.actions[:first])
+    both = load_dataset(DatasetCfg(path=str(path), objects=("capsule",), conditions=("belt_speed",)), cfg.policy)
+    assert both.num_demos == 1
+    with pytest.raises(DatasetError, match=r"objects = \['flat_box'\] .*objects.hdf5.*no demo was recorded with "
+                                           rf"them; the file's objects are {re.escape(str(sorted(set(recorded))))}"):
+        load_dataset(DatasetCfg(path=str(path), objects=("flat_box",)), cfg.policy)
+    with pytest.raises(DatasetError, match=r"demos = 5 .*only 1 demos with conditions \['belt_speed'\] and objects"):
+        load_dataset(DatasetCfg(path=str(path), objects=("capsule",), conditions=("belt_speed",), demos=5), cfg.policy)
+    with pytest.raises(ConfigError, match=r"data.datasets\[0\].objects\[0\] = 3: expected a string"):
+        cfg_for(tmp_path, policy_datasets, extra=[f"data.datasets=[{{path: {path}, weight: 1.0, objects: [3]}}]"])
+    composed = cfg_for(tmp_path, policy_datasets,
+                       extra=[f"data.datasets=[{{path: {path}, weight: 1.0, objects: [capsule, flat_box]}}]"])
+    assert tuple(composed.data.datasets[0].objects) == ("capsule", "flat_box")
 
 
 def test_the_twin_shows_a_deployed_policy_what_it_was_trained_on(tmp_path, policy_datasets):

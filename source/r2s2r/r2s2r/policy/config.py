@@ -120,6 +120,9 @@ class DatasetCfg:
     # combined]); empty takes every condition. Listing a file twice, once whole and once filtered, gives a
     # condition its own share of each batch.
     conditions: tuple[str, ...] = ()
+    # Only the demos of these objects (the demo's `object` attribute, e.g. [capsule, flat_box]); empty takes every
+    # object. Like `conditions`, a file listed twice gives the objects it names their own share of each batch.
+    objects: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -320,7 +323,8 @@ def train_cfg_from_mapping(values: dict[str, Any]) -> TrainCfg:
     values = dict(values)
     datasets = values.get("data", {}).get("datasets", []) if isinstance(values.get("data"), dict) else []
     if not isinstance(datasets, list | tuple):
-        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain, demos, conditions}}")
+        raise ConfigError(f"data.datasets = {datasets!r}: expected a list of {{path, weight, domain, demos, conditions, "
+                          f"objects}}")
     entries = tuple(apply_overrides(DatasetCfg(), entry, f"data.datasets[{i}]") for i, entry in enumerate(datasets))
     if isinstance(values.get("data"), dict):
         values["data"] = {k: v for k, v in values["data"].items() if k != "datasets"}

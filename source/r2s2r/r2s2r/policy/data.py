@@ -186,15 +186,18 @@ def load_dataset(entry: DatasetCfg, policy: PolicyCfg) -> LoadedDataset:
         if domain not in DOMAINS:
             raise DatasetError(f"{path}: domain {domain!r}: expected one of {DOMAINS}")
         names = reader.names
-        if entry.conditions:
-            recorded = {n: str(reader.attrs(n).get("condition", "unrecorded")) for n in names}
-            names = [n for n in names if recorded[n] in entry.conditions]
-            if not names:
-                raise DatasetError(f"data.datasets: conditions = {list(entry.conditions)} ({path}): no demo was "
-                                   f"recorded under them; the file's conditions are {sorted(set(recorded.values()))}")
+        for field, attribute in (("conditions", "condition"), ("objects", "object")):
+            wanted = getattr(entry, field)
+            if wanted:
+                recorded = {n: str(reader.attrs(n).get(attribute, "unrecorded")) for n in names}
+                if not any(recorded[n] in wanted for n in names):
+                    raise DatasetError(f"data.datasets: {field} = {list(wanted)} ({path}): no demo was recorded with "
+                                       f"them; the file's {field} are {sorted(set(recorded.values()))}")
+                names = [n for n in names if recorded[n] in wanted]
         if entry.demos > len(names):
+            kept = " and ".join(f"{f} {list(getattr(entry, f))}" for f in ("conditions", "objects") if getattr(entry, f))
             raise DatasetError(f"data.datasets: demos = {entry.demos} ({path}): the file holds only {len(names)} "
-                               f"demos" + (f" under conditions {list(entry.conditions)}" if entry.conditions else ""))
+                               f"demos" + (f" with {kept}" if kept else ""))
         names = names[: entry.demos] if entry.demos else names
         size = tuple(policy.image_size)
         fields = tuple(f"obs/{key}" for key in policy.proprio)
