@@ -215,7 +215,7 @@ def test_experiment_produces_the_full_table_drops_unread_frames_and_resumes(tmp_
         assert report["head_effects"][pair] == {"diff": diff, "interval": [lo, hi]}
         assert f"- Flow-matching head: {pair}: {100 * diff:+.0f} points" in markdown
     # Success per object, each policy's pooled rows counted here.
-    assert "| policy | capsule | cube | sphere |" in markdown
+    assert "| Policy | capsule | cube | sphere |" in markdown
     for name, rows in pooled.items():
         counts = [f"{sum(r['success'] for r in rows if r['object'] == o)}/{sum(r['object'] == o for r in rows)}"
                   for o in ("capsule", "cube", "sphere")]

@@ -343,9 +343,8 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     """The experiment's tables from its evaluation stages: `report/experiment.{json,md}` and the real side's
     results table and plot (`report/<task>/results.*`)."""
     from r2s2r.evaluation import difference_interval, main_effect
-    from r2s2r.evaluation.report import rate_text
     from r2s2r.evaluation.policies import ranking
-    from r2s2r.evaluation.report import write_report
+    from r2s2r.evaluation.report import object_table, rate_text, write_report
 
     names = list(policies(scale))
     real = _real_summaries(run_dir, scale, names)
@@ -400,13 +399,9 @@ def report(run_dir: Path, scale: Scale, scale_name: str) -> dict:
     lines += [f"| {n} | {rate_text(s['overall'])} | {rate_text(s['nominal'])} | {rate_text(s['shifted'])} |"
               for n, s in {**real, **flows}.items()]
     # Per object: where a policy's gain or loss sits is often one object (a grasp the demos cannot teach).
-    objects = sorted({o for s in {**real, **flows}.values() for o in s["by_object"]})
-    if objects:
-        lines += ["", "Success per object, k/n:", "", "| policy | " + " | ".join(objects) + " |",
-                  "|---|" + "---:|" * len(objects)]
-        lines += [f"| {n} | " + " | ".join(f"{s['by_object'][o]['successes']}/{s['by_object'][o]['trials']}"
-                                           if o in s["by_object"] else "–" for o in objects) + " |"
-                  for n, s in {**real, **flows}.items()]
+    by_object = object_table({**real, **flows})
+    if by_object:
+        lines += ["", "Success per object, k/n:", "", *by_object]
     lines += ["", "Sim as evaluator (overall success in sim vs on the real side, over the policies above):", "",
               "| sim world | Pearson r | Spearman rho | MMRV |", "|---|---:|---:|---:|"]
     fmt = lambda v: "undefined" if v is None else f"{v:.2f}"  # noqa: E731

@@ -54,23 +54,36 @@ def _cell(entry: Mapping) -> str:
     return f"{entry['successes']}/{entry['trials']} ({100 * entry['rate']:.1f} %, [{100 * low:.1f}, {100 * high:.1f}])"
 
 
+def _row_name(policy: str) -> str:
+    return policy.replace("|", "\\|")  # a pipe in a name would split the row
+
+
+def object_table(summaries: Mapping[str, Mapping]) -> list[str]:
+    """The Markdown lines of a table with a row per policy and a column per object any policy met: successes/trials
+    with that object, "-" where it was not drawn. No lines when no summary counts objects."""
+    objects = sorted({o for s in summaries.values() for o in s.get("by_object", {})})
+    if not objects:
+        return []
+    lines = ["| Policy | " + " | ".join(objects) + " |", "|---" * (len(objects) + 1) + "|"]
+    for policy, summary in summaries.items():
+        by_object = summary.get("by_object", {})
+        cells = [f"{by_object[o]['successes']}/{by_object[o]['trials']}" if o in by_object else "-" for o in objects]
+        lines.append(f"| {_row_name(policy)} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _markdown(summaries: Mapping[str, Mapping], title: str) -> str:
-    names = {policy: policy.replace("|", "\\|") for policy in summaries}  # a pipe in a name would split the row
+    names = {policy: _row_name(policy) for policy in summaries}
     lines = [f"# {title}", "", "| Policy | " + " | ".join(GROUPS) + " |", "|---" * (len(GROUPS) + 1) + "|"]
     for policy, summary in summaries.items():
         lines.append(f"| {names[policy]} | " + " | ".join(_cell(summary[g]) for g in GROUPS) + " |")
     lines += ["", "Each cell: successes/trials (success rate, [Wilson 95 % interval], both in %). `shifted` pools "
               "every condition but nominal.", ""]
     # Summaries written before the per-object and failure tallies existed have neither: those tables are left out.
-    objects = sorted({o for s in summaries.values() for o in s.get("by_object", {})})
-    if objects:
-        lines += ["## By object", "", "| Policy | " + " | ".join(objects) + " |", "|---" * (len(objects) + 1) + "|"]
-        for policy, summary in summaries.items():
-            by_object = summary.get("by_object", {})
-            cells = [f"{by_object[o]['successes']}/{by_object[o]['trials']}" if o in by_object else "-"
-                     for o in objects]
-            lines.append(f"| {names[policy]} | " + " | ".join(cells) + " |")
-        lines += ["", "Each cell: successes/trials with that object (- where it was not drawn).", ""]
+    by_object = object_table(summaries)
+    if by_object:
+        lines += ["## By object", "", *by_object, "",
+                  "Each cell: successes/trials with that object (- where it was not drawn).", ""]
     if any("failures" in s for s in summaries.values()):
         lines += ["## Failures", "", "| Policy | failed trials by reason |", "|---|---|"]
         for policy, summary in summaries.items():

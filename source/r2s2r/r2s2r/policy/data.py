@@ -107,8 +107,8 @@ def drop_frame_caches(path: Path) -> int:
     """Delete every frame cache file of dataset `path`, and what killed writers left of them (its trainings are
     over; at the study's scale each simulated dataset's frames take ~14 GB). Returns the bytes freed."""
     freed = 0
-    key = _dataset_key(Path(path))
-    for file in [*frame_cache_dir().glob(f"{key}_*.u8"), *unfinished_writes(frame_cache_dir(), f"{key}_*.u8")]:
+    folder, pattern = frame_cache_dir(), f"{_dataset_key(Path(path))}_*.u8"
+    for file in [*folder.glob(pattern), *unfinished_writes(folder, pattern)]:
         freed += file.stat().st_size
         file.unlink(missing_ok=True)
     return freed
@@ -143,8 +143,9 @@ def _write_frame_caches(reader: DemoReader, names: list[str], caches: dict[str, 
             f"the frame cache {folder}, which has {free / 1e9:.2f} GB free: free room there, or set R2S2R_FRAME_CACHE "
             f"to a folder on a disk with room")
 
-    if need > shutil.disk_usage(folder).free:
-        raise no_room(shutil.disk_usage(folder).free)
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        raise no_room(free)
     try:
         with ExitStack() as stack:
             files = {c: stack.enter_context(open(stack.enter_context(atomic_path(file)), "wb"))
