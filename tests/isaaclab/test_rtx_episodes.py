@@ -32,7 +32,7 @@ def test_rtx_images_show_each_episodes_paint_and_lights():
     cfg.cameras, cfg.image_size, cfg.renderer = ("head_left",), (96, 128), "isaac_rtx"
     parser = argparse.ArgumentParser()
     add_launcher_args(parser)
-    args = parser.parse_args(["--headless"])
+    args = parser.parse_args(["--viz", "none"])  # headless: no Kit visualizer
     with launch(cfg, args):
         import omni.usd
         from pxr import UsdLux

@@ -16,7 +16,7 @@ from conftest import ROOT
 pytestmark = pytest.mark.slow
 
 SCRIPTS = sorted(p.name for p in (ROOT / "scripts").glob("*.py"))
-SIMULATOR_SCRIPTS = ("generate.py", "play.py")  # those that run an Isaac Lab task of the cell
+SIMULATOR_SCRIPTS = ("debug_gui.py", "generate.py", "play.py")  # those that run an Isaac Lab task of the cell
 LAUNCHER_OPTIONS = ("--device", "--visualizer", "--kit_args", "--livestream")  # a few of add_launcher_args'
 ISAACLAB = Path(sys.executable).parent / "isaaclab"  # Isaac Lab's command, installed beside this Python
 TASK = "Isaac-R2S2R-PickSort-Ungrounded-v0"
@@ -63,6 +63,7 @@ def _parse(script: str, argv: list[str]):
     ("generate.py", ["--task", TASK, "--generator", "planner", "--output", "x.hdf5", "--seed", "3", "--device", "cpu",
                      "--viz", "none", "env.cameras=[]"]),
     ("play.py", ["--task", TASK, "--seed", "3", "--device", "cpu", "--viz", "none", "--renderer", "newton_warp"]),
+    ("debug_gui.py", ["--task", TASK, "--seed", "3", "--device", "cpu", "--viz", "none", "--steps", "2"]),
 ])
 def test_launcher_options_and_the_scripts_own_parse_side_by_side(script, argv):
     args = vars(_parse(script, argv))
@@ -70,6 +71,20 @@ def test_launcher_options_and_the_scripts_own_parse_side_by_side(script, argv):
     assert not set(LAUNCHER_KEYS) & set(args)
     if script == "generate.py":
         assert args["generator"] == "planner" and args["overrides"] == ["env.cameras=[]"]
+
+
+def test_the_debug_window_needs_isaac_sim_and_says_so(capsys):
+    """scripts/debug_gui.py opens a Kit extension: without Isaac Sim it exits with status 2 and says where it runs;
+    a command line it cannot act on is refused before that."""
+    result = isaaclab_p("scripts/debug_gui.py", "--task", TASK, "--steps", "2")
+    assert result.returncode == 2 and "the debug window runs inside Isaac Sim" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+    for argv, message in ((["--steps", "2"], "--steps: give the --task to step"),
+                          (["--task", "Isaac-Nope-v0"], "--task Isaac-Nope-v0: unknown task ID"),
+                          (["--task", TASK, "--condition", "fog"], "--condition fog: expected one of")):
+        with pytest.raises(SystemExit) as exit_:
+            _parse("debug_gui.py", argv)
+        assert exit_.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_play_refuses_physics_naming_its_own_backend_option(capsys):

@@ -11,7 +11,8 @@ between MuJoCo's state layout and Isaac Lab's, the episodes' paint and the IK.
 Actions (27, absolute), as `cfg.action_mode`: "joint", 7 right-arm and 20 right-hand joint targets; or "ee_pose",
 the grasp-site position and quaternion (w,x,y,z) and the 20 hand targets, turned into arm targets by
 `mdp.ee_pose_targets` from the previous targets. They reach the drives `latency_steps` physics steps into the
-control period (the drive model); the belt runs at `mdp.drive_speeds` of the episode's set-point. The Mimic
+control period (the drive model); the belt runs at `mdp.drive_speeds` of the episode's set-point, sent each
+control period by the `belt` event term (`env_cfg.drive_belts`). The Mimic
 methods speak the configured mode.
 
 Observations: `policy`, `mdp.PROPRIO`'s terms flattened in order: arm_q (7), arm_dq (7), hand_q (20), ee_pose (7:
@@ -57,7 +58,7 @@ from r2s2r.core import ConfigError
 from r2s2r.data.annotate import TERM_SIGNALS, ends_so_far, traces
 from r2s2r.geometry import quat_to_mat
 from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
-from r2s2r.isaaclab_tasks.pick_sort.env_cfg import PickSortCellEnvCfg, camera_cfg
+from r2s2r.isaaclab_tasks.pick_sort.env_cfg import CONTROL_PERIOD, PickSortCellEnvCfg, camera_cfg
 from r2s2r.render.camera_model import CameraModel
 from r2s2r.render.isaac_rtx import (apply_appearance_with_replicator, appearance_values, bind_object_materials,
                                     kit_running, object_rgba)
@@ -192,9 +193,13 @@ class PickSortCellEnv(DirectRLEnv):
     cfg: PickSortCellEnvCfg
 
     def __init__(self, cfg: PickSortCellEnvCfg, render_mode: str | None = None, **kwargs):
-        renderer = cfg.renderer_cfg()  # an unknown renderer or action mode fails before anything is built
+        renderer = cfg.renderer_cfg()  # a bad renderer, action mode or belt drive fails before anything is built
         if cfg.action_mode not in ("joint", "ee_pose"):
             raise ConfigError(f"action_mode = {cfg.action_mode!r}: expected 'joint' or 'ee_pose'")
+        terms = vars(cfg.events).values() if cfg.events is not None else ()
+        if not any(getattr(term, "mode", None) == CONTROL_PERIOD for term in terms):
+            raise ConfigError(f"events: no term of mode {CONTROL_PERIOD!r} drives the belt; keep "
+                              "PickSortEventsCfg.belt (env_cfg.drive_belts) or give one of your own")
         # The cell's description (no simulation of it): the world's cell, its compiled model for the address
         # tables, the paint and the IK, and the task's episode parameters.
         self.world = load_world(cfg.world)
@@ -255,6 +260,7 @@ class PickSortCellEnv(DirectRLEnv):
         self.object_index = torch.zeros(n, dtype=torch.long, device=self.device)
         self.colour_index = torch.zeros(n, dtype=torch.long, device=self.device)
         self.setpoint = np.zeros(n)
+        self.belt_speed = torch.zeros(n, device=self.device)  # this control period's drive speeds (`drive_belts`)
         self.conditions = ["nominal"] * n
         self.episode_objects: list[ObjectCfg] = [self.all_objects[0]] * n
         self.episode_colours = [self.colours[0]] * n
@@ -418,9 +424,7 @@ class PickSortCellEnv(DirectRLEnv):
         self._pending = actions.clone()
         self._substep = 0
         self._record_tracking(actions)
-        speeds = mdp.drive_speeds(self.cell.belt, self.setpoint, self.belt_rngs)
-        self.conveyor.set_joint_velocity_target_index(
-            target=torch.tensor(speeds, dtype=torch.float32, device=self.device)[:, None])
+        self.event_manager.apply(mode=CONTROL_PERIOD)  # the belt's drive for this period (`drive_belts`)
 
     def _apply_action(self) -> None:
         # The previous targets hold for the first `latency` physics steps of the period (the drive model).

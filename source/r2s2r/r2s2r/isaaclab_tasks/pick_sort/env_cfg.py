@@ -46,6 +46,7 @@ from r2s2r.core import ConfigError
 from r2s2r.data.datagen_info import EEF, OBJECT, TARGET_BIN
 from r2s2r.physics.mujoco_warp import DEFAULT_NCONMAX, default_njmax
 from r2s2r.render.camera_model import CameraModel
+from r2s2r.tasks.pick_sort import mdp
 from r2s2r.tasks.pick_sort.env_cfg import PickSortEnvCfg
 from r2s2r.isaaclab_tasks.pick_sort.cpu_graph import NewtonCpuGraphMJWarpManager
 
@@ -176,11 +177,27 @@ def paint_episodes(env, env_ids: torch.Tensor) -> None:
         env.looks.paint(ids, env.geom_rgba[ids], env.light_pos[ids], env.light_diffuse[ids])
 
 
+def drive_belts(env, env_ids: torch.Tensor | slice | None) -> None:
+    """Control-period event: every environment's belt speed for the coming control period, its episode's set-point
+    through the world's drive model (speed scale, and jitter drawn from the episode's belt stream:
+    `mdp.drive_speeds`, as `R2S2R-PickSort-v0` draws it each step), sent as the conveyor's velocity target."""
+    speeds = mdp.drive_speeds(env.cell.belt, env.setpoint, env.belt_rngs)
+    env.belt_speed = torch.tensor(speeds, dtype=torch.float32, device=env.device)
+    env.conveyor.set_joint_velocity_target_index(target=env.belt_speed[:, None])
+
+
+# An event mode of the cell's own, applied by the environment at the start of every control period, before its
+# physics steps (Isaac Lab's `interval` events come after them, and after the step's resets).
+CONTROL_PERIOD = "control_period"
+
+
 @configclass
 class PickSortEventsCfg:
-    """Per-episode randomization as Isaac Lab event terms, applied to the episodes the environment draws."""
+    """Per-episode randomization as Isaac Lab event terms, applied to the episodes the environment draws: their
+    appearance on every reset, the belt's drive every control period."""
 
     paint = EventTermCfg(func=paint_episodes, mode="reset")
+    belt = EventTermCfg(func=drive_belts, mode=CONTROL_PERIOD)
 
 
 @configclass
