@@ -10,6 +10,8 @@ Examples:
   isaaclab -p scripts/generate.py --task ...   (the same under Isaac Lab's Python; or isaaclab.sh -p)
   isaaclab -p scripts/generate.py --task Isaac-R2S2R-PickSort-Grounded-v0 --generator planner \
       --num-trajectories 10 --output outputs/sim/isaaclab_wg_bu.hdf5 env.cameras=[right_wrist]
+  isaaclab -p scripts/generate.py --task Isaac-R2S2R-PickSort-Grounded-v0 --generator mimic --num_envs 16 \
+      --num-trajectories 100 --output outputs/sim/isaaclab_wg_bg.hdf5 env.renderer=isaac_rtx   (an RTX GPU)
 
 Each attempt resets the task (seed and condition derived from --seed and the attempt number), lets the task's
 behaviour generator act until the episode ends, and is admitted only if the object was picked up and placed in
@@ -22,9 +24,10 @@ Isaac Lab task IDs (Isaac-R2S2R-PickSort-Grounded-v0, -Ungrounded-v0) name a wor
 behaviour (mimic: grounded, planner: ungrounded). The same generators act, the same rule admits, and the dataset
 has the same layout (its task attr is the Isaac Lab ID, its states MuJoCo's), but the physics is the Isaac Lab
 environment's: Newton with the MuJoCo Warp solver, kit-less, on its config's device (the CPU; --device sets
-another). The images come from Isaac Lab camera sensors (Newton's Warp ray tracer). Such a run goes through Isaac
-Lab's launcher (launch_simulation; its options below), which starts no Kit for it. Of the env.* overrides it takes
-env.cameras, env.image_size and env.depth. It is slower than MuJoCo C on a CPU: one environment per process, with
+another). The images come from Isaac Lab camera sensors: Newton's Warp ray tracer, or Isaac Sim's RTX with
+env.renderer=isaac_rtx. Such a run goes through Isaac Lab's launcher (launch_simulation; its options below), which
+starts Kit only for RTX cameras (and enables camera rendering for them). Of the env.* overrides it takes
+env.cameras, env.image_size, env.depth and env.renderer (auto: Newton's Warp; isaac_rtx). It is slower than MuJoCo C on a CPU: one environment per process, with
 the cameras rendered during every attempt (Isaac Lab holds one simulation per process, so there is no camera-less
 copy to run attempts on).
 

@@ -4,6 +4,7 @@ file's services use that image."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -48,6 +49,19 @@ def test_isaaclab_image_is_isaac_lab_3_running_generate():
     cmd = json.loads(next(ln for ln in lines if ln.startswith("CMD")).split(None, 1)[1])
     assert entry + cmd[:1] == ["isaaclab", "-p", "scripts/generate.py"]
     assert (ROOT / cmd[0]).is_file()
+    # The command is a run generate.py takes: an Isaac Lab task whose cameras Isaac RTX draws, several environments.
+    from r2s2r.core import parse_dotted
+    from r2s2r.datagen import make_generate_cfg
+    from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg
+
+    spec = importlib.util.spec_from_file_location("_docker_generate", ROOT / cmd[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    args = module.parse_args(cmd[1:])
+    cfg = make_generate_cfg(args.task, args.num_trajectories, args.seed, parse_dotted(args.overrides),
+                            args.generator, None, args.num_envs)
+    env_cfg = generation_env_cfg(cfg)
+    assert cfg.isaaclab and env_cfg.renderer == "isaac_rtx" and env_cfg.cameras and env_cfg.scene.num_envs == 16
     assert any("--no-deps -e source/r2s2r" in ln for ln in lines)
 
 

@@ -37,6 +37,11 @@ def test_run_config_of_an_isaaclab_task():
     assert cfg.isaaclab and cfg.generator_name == "planner" and cfg.env.world == "ungrounded"
     assert cfg.env.cameras == ("right_wrist",) and cfg.env.image_size == (32, 32) and cfg.device is None
     assert "device" not in cfg.describe()  # so a MuJoCo run's digest (and its resumable shards) did not change
+    from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg
+
+    assert generation_env_cfg(cfg).renderer == "newton_warp"  # kit-less by default
+    rtx = make_generate_cfg(TASK, 2, 5, parse_dotted(["env.renderer=isaac_rtx"]), "planner")
+    assert generation_env_cfg(rtx).renderer == "isaac_rtx" and rtx.digest() != cfg.digest()
     on_gpu = make_generate_cfg(TASK, 2, 5, {}, "planner", "cuda:0")
     assert on_gpu.describe()["device"] == "cuda:0"
     assert on_gpu.digest() != make_generate_cfg(TASK, 2, 5, {}, "planner").digest()
@@ -47,6 +52,7 @@ def test_run_config_of_an_isaaclab_task():
     (TASK, None, [], None, "generator = None: Isaac Lab task 'Isaac-R2S2R-PickSort-Ungrounded-v0' names a world only"),
     (TASK, "scripted", [], None, "expected 'mimic' (grounded behaviour"),
     (TASK, "planner", ["env.control_hz=10"], None, "env.control_hz: the Isaac Lab environment takes only env.cameras"),
+    (TASK, "planner", ["env.renderer=mujoco_gl"], None, "env.renderer = 'mujoco_gl': an Isaac Lab task renders with"),
     ("Isaac-R2S2R-PickSort-Twin-v0", "planner", [], None, "has no behaviour generator"),
     ("Isaac-R2S2R-PickSort-Residual-Grounded-v0", "planner", [], None, "has no behaviour generator"),
     (MUJOCO_TASK, "mimic", [], None, "binds generator 'planner'"),

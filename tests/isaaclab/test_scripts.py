@@ -119,7 +119,7 @@ def test_mujoco_tasks_import_no_isaac_lab():
 def test_kit_starts_only_for_isaac_rtx_cameras(tmp_path):
     """play.py on an Isaac Lab task: with Isaac RTX cameras the launcher starts Kit (here it exits: no Isaac Sim)
     before any environment is built; with Newton's Warp renderer it does not, and the environment refuses the
-    unknown camera instead."""
+    unknown camera instead. generate.py with env.renderer=isaac_rtx starts Kit too."""
     video = str(tmp_path / "v.mp4")
     common = ["scripts/play.py", "--task", TASK, "--cameras", "ceiling", "--size", "32", "--video", video]
     rtx = isaaclab_p(*common, "--renderer", "isaac_rtx")
@@ -128,6 +128,11 @@ def test_kit_starts_only_for_isaac_rtx_cameras(tmp_path):
     newton = isaaclab_p(*common)
     assert newton.returncode == 2 and "cameras: 'ceiling' is not a camera of the cell" in newton.stderr
     assert "Isaac Sim" not in newton.stderr and "Traceback" not in newton.stderr
+    # generate.py likewise, with env.renderer=isaac_rtx
+    generate = isaaclab_p("scripts/generate.py", "--task", TASK, "--generator", "planner", "--num-trajectories", "1",
+                          "--output", str(tmp_path / "x.hdf5"), "env.renderer=isaac_rtx", "env.cameras=[head_left]")
+    assert generate.returncode != 0 and "Isaac Sim is not installed" in generate.stderr
+    assert not (tmp_path / "x.hdf5").exists()
 
 
 def test_play_plays_episodes_side_by_side_on_several_environments(tmp_path):

@@ -29,8 +29,11 @@ ALL_CAMERAS = ("head_left", "head_right", "right_wrist", "left_wrist")
 # The study's two behaviour sources, which an Isaac Lab task ID (a world only) is paired with: grounded behaviour
 # (real demos transformed MimicGen-style) and ungrounded behaviour (grasp generator + planner).
 BEHAVIOURS = ("mimic", "planner")
-# The env fields the Isaac Lab environment takes (its image observations); the rest are its registered config's.
-ISAACLAB_ENV_FIELDS = ("cameras", "image_size", "depth")
+# The env fields the Isaac Lab environment takes (its image observations and their renderer); the rest are its
+# registered config's.
+ISAACLAB_ENV_FIELDS = ("cameras", "image_size", "depth", "renderer")
+# An Isaac Lab task's renderers: `auto` (the default) is Newton's Warp ray tracer, kit-less; Isaac RTX needs Kit.
+ISAACLAB_RENDERERS = ("auto", "isaac_rtx")
 
 
 def _default_conditions() -> dict[str, float]:
@@ -147,6 +150,10 @@ def make_generate_cfg(task: str, num_trajectories: int | None = None, seed: int 
             taken = ", ".join("env." + f for f in ISAACLAB_ENV_FIELDS)
             raise ConfigError(f"env.{refused[0]}: the Isaac Lab environment takes only {taken}; the rest is its "
                               "registered config's")
+        renderer = env_overrides.get("renderer", "auto")
+        if renderer not in ISAACLAB_RENDERERS:
+            raise ConfigError(f"env.renderer = {renderer!r}: an Isaac Lab task renders with 'auto' (Newton's Warp "
+                              "ray tracer, kit-less) or 'isaac_rtx' (Isaac Sim's RTX, inside Kit)")
         name, world = generator, GENERATION_WORLDS[task]
     elif task in TASKS and TASKS[task].generator is not None:
         spec = TASKS[task]

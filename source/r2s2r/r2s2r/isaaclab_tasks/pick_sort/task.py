@@ -40,9 +40,11 @@ def cell_env_cfg(task: str, cameras: tuple[str, ...] = (), image_size: tuple[int
 
 def generation_env_cfg(cfg) -> PickSortCellEnvCfg:
     """The environment config of a generation run on an Isaac Lab task (`r2s2r.datagen.GenerateCfg`): its task, its
-    image observations (`env.cameras`, `env.image_size`, `env.depth`), its device and its number of environments."""
+    image observations (`env.cameras`, `env.image_size`, `env.depth`) and their renderer (`env.renderer`: `auto`,
+    Newton's Warp ray tracer, or `isaac_rtx`), its device and its number of environments."""
     env = cfg.env
-    env_cfg = cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, device=cfg.device)
+    renderer = "isaac_rtx" if env.renderer == "isaac_rtx" else "newton_warp"
+    env_cfg = cell_env_cfg(cfg.task, env.cameras, env.image_size, env.depth, renderer=renderer, device=cfg.device)
     env_cfg.scene.num_envs = cfg.num_envs
     return env_cfg
 
