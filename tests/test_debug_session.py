@@ -58,7 +58,8 @@ def test_a_dataset_episode_replays_to_its_outcome(real_demos):
 
     with DemoReader(real_demos) as reader:
         recorded = reader.attrs(reader.names[1])
-    session = DebugSession("R2S2R-PickSort-Real-v0", source="dataset episode", path=str(real_demos), episode=1)
+    session = DebugSession("R2S2R-PickSort-Real-v0", source="dataset episode", path=str(real_demos), episode=1,
+                           cameras=("head_left",), image_size=(32, 32))
     try:
         assert session.seed == recorded["seed"] != 0  # the episode's own seed, not the window's
         while not session.done:

@@ -34,12 +34,14 @@ def is_isaaclab(task: str) -> bool:
 
 
 class DebugSession:
-    """One task instance and what drives it. `renderer` (Isaac Lab IDs only): None takes Isaac RTX inside Kit and
-    Newton's Warp ray tracer elsewhere. Bad input (an unknown task, a world for an Isaac Lab ID, a missing dataset or
+    """One task instance and what drives it. `cameras` and `image_size` are what it shows, unless a checkpoint's
+    policy needs its own. `renderer` (Isaac Lab IDs only): None takes Isaac RTX inside Kit and Newton's Warp ray
+    tracer elsewhere. Bad input (an unknown task, a world for an Isaac Lab ID, a missing dataset or
     checkpoint) raises `ConfigError`, `DatasetError` or `FileNotFoundError` before anything is stepped."""
 
     def __init__(self, task: str, world: str = "", condition: str = "nominal", seed: int = 0,
-                 source: str = "scripted", path: str = "", episode: int = 0, renderer: str | None = None):
+                 source: str = "scripted", path: str = "", episode: int = 0, cameras: tuple[str, ...] = CAMERAS,
+                 image_size: tuple[int, int] = IMAGE_SIZE, renderer: str | None = None):
         if source not in SOURCES:
             raise ConfigError(f"source = {source!r}: expected one of {', '.join(SOURCES)}")
         if source != "scripted" and not path:
@@ -47,7 +49,7 @@ class DebugSession:
         self.task, self.seed, self.condition = task, seed, condition
         self.isaaclab = is_isaaclab(task)
         self.actions = self.controller = self.agent = None
-        view = {"cameras": CAMERAS, "image_size": IMAGE_SIZE}
+        view = {"cameras": tuple(cameras), "image_size": tuple(image_size)}
         if source == "checkpoint":
             from r2s2r.policy.agent import load_agent
 
