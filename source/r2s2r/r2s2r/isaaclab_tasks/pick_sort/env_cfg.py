@@ -32,6 +32,8 @@ from isaaclab.renderers import RendererCfg
 from isaaclab.scene import InteractiveSceneCfg
 from isaaclab.sensors import CameraCfg, ContactSensorCfg
 from isaaclab.utils import configclass
+from isaaclab_newton.assets import Articulation as NewtonArticulation
+from isaaclab_newton.assets import RigidObject as NewtonRigidObject
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
 from isaaclab_newton.renderers import NewtonWarpRendererCfg
 from isaaclab_physx.renderers import IsaacRtxRendererCfg
@@ -123,6 +125,56 @@ def spawn_cell(prim_path: str, cfg: sim_utils.UsdFileCfg, *args, **kwargs) -> Us
     return prim
 
 
+class _AccelerationsWhenRead:
+    """An asset of the cell whose accelerations are derived when read, over the time since they were last read, as
+    Isaac Lab derives them when Newton steps the whole decimation itself. Isaac Lab's assets derive them at every
+    physics step (one kernel per asset, 25 per control step) for whoever might read them; no rule of the cell does.
+    Every other buffer stays as it is: each is marked stale by the simulation time the update advances."""
+
+    def update(self, dt: float) -> None:
+        self.data._sim_timestamp += dt  # what the base update does before it derives the accelerations
+
+
+class CellArticulation(_AccelerationsWhenRead, NewtonArticulation):
+    """The cell's arms and conveyor. Their drives are implicit (the stage's PD gains, in the solver), whose command
+    the solver holds from one physics step to the next, so joint commands are submitted only after they change:
+    a control step changes them at most twice (its targets after the drive latency, the belt's speed), where Isaac
+    Lab submits them at every physics step. The implicit actuators' computed-effort telemetry, which the submission
+    also refreshes, is read by no rule of the cell. External wrenches, which the cell does not use, go the base
+    way."""
+
+    _commands_changed = True
+
+    def write_data_to_sim(self) -> None:
+        wrenches = self._instantaneous_wrench_composer.active or self._permanent_wrench_composer.active
+        if self._commands_changed or wrenches:
+            super().write_data_to_sim()
+            self._commands_changed = False
+
+    def reset(self, *args, **kwargs) -> None:
+        self._commands_changed = True
+        super().reset(*args, **kwargs)
+
+
+def _marks_commands_changed(name: str):
+    def setter(self, *args, **kwargs):
+        self._commands_changed = True
+        return getattr(NewtonArticulation, name)(self, *args, **kwargs)
+
+    setter.__name__ = name
+    return setter
+
+
+# Every way a joint command is set (Isaac Lab's index and mask setters, and their older names).
+for _name in [f"set_joint_{kind}_target{suffix}" for kind in ("position", "velocity", "effort")
+              for suffix in ("", "_index", "_mask")]:
+    setattr(CellArticulation, _name, _marks_commands_changed(_name))
+
+
+class CellRigidObject(_AccelerationsWhenRead, NewtonRigidObject):
+    pass
+
+
 def _fixed_base(model: mujoco.MjModel, root: str) -> ArticulationCfg:
     """The articulation rooted at body `root` (a child of the world), with the drives the stage carries. Its
     default root pose, which Isaac Lab takes relative to the environment's origin, is the body's pose in the cell:
@@ -130,7 +182,8 @@ def _fixed_base(model: mujoco.MjModel, root: str) -> ArticulationCfg:
     body = model.body(root)
     init = ArticulationCfg.InitialStateCfg(pos=tuple(map(float, body.pos)),
                                            rot=tuple(map(float, body.quat[[1, 2, 3, 0]])))  # x, y, z, w
-    return ArticulationCfg(prim_path=_asset(root), spawn=None, init_state=init, actuators=STAGE_DRIVES)
+    return ArticulationCfg(class_type=CellArticulation, prim_path=_asset(root), spawn=None, init_state=init,
+                           actuators=STAGE_DRIVES)
 
 
 def camera_cfg(
@@ -265,7 +318,8 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
         # come before the stage that holds its bodies.
         for obj in cell.objects + cell.novel_objects:
             name = object_body_name(obj)
-            setattr(scene, name, RigidObjectCfg(prim_path=f"{_asset(name)}/{name}", spawn=None))
+            setattr(scene, name, RigidObjectCfg(class_type=CellRigidObject, prim_path=f"{_asset(name)}/{name}",
+                                                spawn=None))
         # Each object's contacts with the right arm and hand (one articulation), which decide whether a lifted
         # object at rest outside the bins is still held.
         scene.object_contacts = ContactSensorCfg(prim_path=f"{_asset('obj_.*')}/obj_.*",
