@@ -436,9 +436,13 @@ class PickSortCellEnv(DirectRLEnv):
     def _episode_object(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Each environment's episode object: its pose (N, 7: position relative to the origin, quaternion x,y,z,w)
         and velocity (N, 6: linear, angular; world axes)."""
-        rows = torch.arange(self.num_envs, device=self.device)
-        pose = torch.stack([o.data.root_link_pose_w.torch for o in self.objects], dim=1)[rows, self.object_index]
-        vel = torch.stack([o.data.root_link_vel_w.torch for o in self.objects], dim=1)[rows, self.object_index]
+        pose = torch.empty(self.num_envs, 7, device=self.device)
+        vel = torch.empty(self.num_envs, 6, device=self.device)
+        # Only the objects some environment's episode uses: reading an object's state can launch its kernels.
+        for k in torch.unique(self.object_index).tolist():
+            rows = self.object_index == k
+            data = self.objects[k].data
+            pose[rows], vel[rows] = data.root_link_pose_w.torch[rows], data.root_link_vel_w.torch[rows]
         return torch.cat([pose[:, :3] - self.scene.env_origins, pose[:, 3:]], dim=1), vel
 
     def _touching_robot(self) -> torch.Tensor:

@@ -35,6 +35,7 @@ from isaaclab.utils import configclass
 from isaaclab_newton.assets import Articulation as NewtonArticulation
 from isaaclab_newton.assets import RigidObject as NewtonRigidObject
 from isaaclab_newton.physics import MJWarpSolverCfg, NewtonCfg
+from isaaclab_newton.sensors import ContactSensor as NewtonContactSensor
 from isaaclab_newton.renderers import NewtonWarpRendererCfg
 from isaaclab_physx.renderers import IsaacRtxRendererCfg
 from pxr import Gf, Usd, UsdGeom, UsdPhysics
@@ -154,6 +155,31 @@ class CellArticulation(_AccelerationsWhenRead, NewtonArticulation):
     def reset(self, *args, **kwargs) -> None:
         self._commands_changed = True
         super().reset(*args, **kwargs)
+
+
+class CellContactSensor(NewtonContactSensor):
+    """The objects' contacts with the right arm and hand, read once per control step (the outcome's `touching`): its
+    clock is advanced when it is read, by the time since, where Isaac Lab advances it (a kernel launch) at every
+    physics step. Its forces are Newton's at the read either way; the cell keeps no contact history."""
+
+    _unclocked = 0.0  # s simulated since the clock last moved
+
+    def update(self, dt: float, force_recompute: bool = False) -> None:
+        self._unclocked += dt
+        self._data_dirty = True
+        if force_recompute:
+            self._clock()
+            self._update_outdated_buffers(force_recompute=True)
+
+    def _clock(self) -> None:
+        if self._unclocked:
+            dt, self._unclocked = self._unclocked, 0.0
+            super().update(dt)
+
+    @property
+    def data(self):
+        self._clock()
+        return super().data
 
 
 def _marks_commands_changed(name: str):
@@ -322,7 +348,8 @@ class PickSortCellEnvCfg(DirectRLEnvCfg, MimicEnvCfg):
                                                 spawn=None))
         # Each object's contacts with the right arm and hand (one articulation), which decide whether a lifted
         # object at rest outside the bins is still held.
-        scene.object_contacts = ContactSensorCfg(prim_path=f"{_asset('obj_.*')}/obj_.*",
+        scene.object_contacts = ContactSensorCfg(class_type=CellContactSensor,
+                                                 prim_path=f"{_asset('obj_.*')}/obj_.*",
                                                  filter_prim_paths_expr=[f"{_asset('right_base')}/.*"])
         return self
 
