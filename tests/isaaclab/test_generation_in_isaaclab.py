@@ -48,6 +48,24 @@ def test_run_config_of_an_isaaclab_task():
     assert not make_generate_cfg(MUJOCO_TASK, 2, 5).isaaclab
 
 
+def test_rtx_cameras_start_kit_before_any_environment_is_built(tmp_path, caplog):
+    """generate.py's launch of a run with env.renderer=isaac_rtx: Isaac Lab's launcher goes to start Kit (here it
+    stops: no Isaac Sim) before the environment is built or anything is written."""
+    from conftest import script_module
+
+    from r2s2r.isaaclab_tasks.pick_sort.task import generation_env_cfg
+
+    output = tmp_path / "x.hdf5"
+    generate = script_module("generate.py")
+    args = generate.parse_args(["--task", TASK, "--generator", "planner", "--num-trajectories", "1", "--output",
+                                str(output), "--viz", "none", "env.renderer=isaac_rtx", "env.cameras=[head_left]"])
+    cfg = make_generate_cfg(args.task, 1, 0, parse_dotted(args.overrides), args.generator)
+    assert generation_env_cfg(cfg).renderer == "isaac_rtx"
+    with pytest.raises(SystemExit), generate.simulation(cfg, args):
+        pytest.fail("the launcher let the run start without Kit")
+    assert args.require_kit and "Isaac Sim is not installed" in caplog.text and not output.exists()
+
+
 @pytest.mark.parametrize("task, generator, overrides, device, message", [
     (TASK, None, [], None, "generator = None: Isaac Lab task 'Isaac-R2S2R-PickSort-Ungrounded-v0' names a world only"),
     (TASK, "scripted", [], None, "expected 'mimic' (grounded behaviour"),
