@@ -215,7 +215,7 @@ def test_the_pictures_show_four_camera_views_and_the_readme_figures(tutorial):
     assert views.shape[:2] == (290, 1040)
     for quarter in np.array_split(views[40:], 4, axis=1):  # each camera's panel (below the titles) has an image
         assert quarter.std() > 10
-    assert imageio.imread(img / "results.png").shape[:2] == (440, 825)
+    assert imageio.imread(img / "results.png").shape[:2] == (528, 825)  # 7.5 x 4.8 in at 110 dpi
     # every figure the plot shows is one README.md or docs/results.md reports
     block = next(code for _, code in tutorial_blocks() if "results.png" in code)
     figures = re.findall(r'\("[^"]+", (\d+), (\d+)\)', block)
