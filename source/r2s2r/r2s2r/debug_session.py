@@ -71,12 +71,12 @@ class DebugSession:
             from r2s2r.behavior import make_generator
 
             self.controller = make_generator("scripted")
-        self.env = self._make_env(task, world, view, renderer)
+        self.env = self._make_env(world, view, renderer)
         self.reset()
 
-    @staticmethod
-    def _make_env(task: str, world: str, view: dict, renderer: str | None):
-        if not is_isaaclab(task):
+    def _make_env(self, world: str, view: dict, renderer: str | None):
+        task = self.task
+        if not self.isaaclab:
             import r2s2r.tasks as tasks
 
             return tasks.make(task, **view, **({"world": world} if world else {}))

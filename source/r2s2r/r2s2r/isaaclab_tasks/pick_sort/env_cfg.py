@@ -157,6 +157,21 @@ class CellArticulation(_AccelerationsWhenRead, NewtonArticulation):
         super().reset(*args, **kwargs)
 
 
+def _marks_commands_changed(name: str):
+    def setter(self, *args, **kwargs):
+        self._commands_changed = True
+        return getattr(NewtonArticulation, name)(self, *args, **kwargs)
+
+    setter.__name__ = name
+    return setter
+
+
+# Every way a joint command is set (Isaac Lab's index and mask setters, and their older names).
+for _name in [f"set_joint_{kind}_target{suffix}" for kind in ("position", "velocity", "effort")
+              for suffix in ("", "_index", "_mask")]:
+    setattr(CellArticulation, _name, _marks_commands_changed(_name))
+
+
 class CellContactSensor(NewtonContactSensor):
     """The objects' contacts with the right arm and hand, read once per control step (the outcome's `touching`): its
     clock is advanced when it is read, by the time since, where Isaac Lab advances it (a kernel launch) at every
@@ -180,21 +195,6 @@ class CellContactSensor(NewtonContactSensor):
     def data(self):
         self._clock()
         return super().data
-
-
-def _marks_commands_changed(name: str):
-    def setter(self, *args, **kwargs):
-        self._commands_changed = True
-        return getattr(NewtonArticulation, name)(self, *args, **kwargs)
-
-    setter.__name__ = name
-    return setter
-
-
-# Every way a joint command is set (Isaac Lab's index and mask setters, and their older names).
-for _name in [f"set_joint_{kind}_target{suffix}" for kind in ("position", "velocity", "effort")
-              for suffix in ("", "_index", "_mask")]:
-    setattr(CellArticulation, _name, _marks_commands_changed(_name))
 
 
 class CellRigidObject(_AccelerationsWhenRead, NewtonRigidObject):
