@@ -23,7 +23,8 @@ from r2s2r.policy.data import load_dataset
 from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, BLIND_VAR, EE_POS, FEATURE_STRIDE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
-                                         frame_labels, head_input, keypoint_pixels, keypoint_target)
+                                         frame_labels, head_input, keypoint_pixels, keypoint_target,
+                                         ObjectEstimator, ROI_CELLS)
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer
 from r2s2r.real.twin import TwinCell
 
@@ -500,6 +501,70 @@ def test_the_keypoint_read_out_is_the_pixel_it_was_trained_on():
         read, spread = keypoint_pixels(logits, width, height)
         np.testing.assert_allclose(read.numpy(), pixels[inside].numpy(), atol=1e-3)
         assert (spread < FEATURE_STRIDE).all()
+
+
+def bilinear(feats: np.ndarray, x: float, y: float) -> np.ndarray:
+    """(C,) the feature map (C, h, w) at cell coordinates x, y, interpolated between its four nearest cells."""
+    x0, y0 = int(np.floor(x)), int(np.floor(y))
+    fx, fy = x - x0, y - y0
+    return ((1 - fx) * (1 - fy) * feats[:, y0, x0] + fx * (1 - fy) * feats[:, y0, x0 + 1]
+            + (1 - fx) * fy * feats[:, y0 + 1, x0] + fx * fy * feats[:, y0 + 1, x0 + 1])
+
+
+def test_object_attributes_are_read_around_keypoint_0_alone():
+    """object_centric.attributes=object: the estimator reads the feature cells around keypoint 0's expected position
+    (one cell apart, interpolated as the oracle below does it), and the yaw, size and bin come from those alone:
+    another view around the same object moves the position it regresses, never the attributes. With `scene` every
+    output follows the whole view."""
+    torch.manual_seed(0)
+    images = torch.rand(3, 3, 64, 48)
+    est = ObjectEstimator(keypoints=4, width=8, hidden=32, attributes="object").eval()
+    with torch.no_grad():
+        feats = est.net(images - 0.5).numpy()
+        latent, _ = est.latent(images)
+    _, c, h, w = feats.shape
+    centre = latent[:, est.scene_dim:est.scene_dim + 2].numpy()
+    roi = latent[:, est.scene_dim + 2:].numpy().reshape(-1, c, ROI_CELLS, ROI_CELLS)
+    half = (ROI_CELLS - 1) // 2
+    for b in range(len(images)):
+        x, y = (centre[b, 0] + 1) / 2 * (w - 1), (centre[b, 1] + 1) / 2 * (h - 1)
+        for i in range(ROI_CELLS):
+            for j in range(ROI_CELLS):
+                np.testing.assert_allclose(roi[b, :, i, j], bilinear(feats[b], x + j - half, y + i - half),
+                                           rtol=1e-4, atol=1e-5)
+    other_view = latent.clone()
+    other_view[:, :est.scene_dim] = torch.randn(len(images), est.scene_dim)
+    with torch.no_grad():
+        (mean, _), (moved, _) = est.outputs(latent), est.outputs(other_view)
+    assert torch.equal(mean[:, POS.stop:], moved[:, POS.stop:])
+    assert not torch.allclose(mean[:, POS], moved[:, POS])
+    scene = ObjectEstimator(keypoints=4, width=8, hidden=32).eval()
+    with torch.no_grad():
+        latent, _ = scene.latent(images)
+        other_view = latent + torch.randn_like(latent)
+        assert not torch.allclose(scene.outputs(latent)[0][:, POS.stop:], scene.outputs(other_view)[0][:, POS.stop:])
+    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected one of scene, object"):
+        ObjectEstimator(attributes="arm")
+
+
+def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_scene_one(tmp_path, policy_datasets):
+    """A run with object_centric.attributes=object writes a checkpoint whose estimator deploys as trained; a run
+    asked to keep it with the other reading (or any other value) is refused before data is loaded."""
+    data = [(policy_datasets["real"], 1.0)]
+    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", data, steps=10, **{
+        "object_centric.attributes": "object", "object_centric.estimator_steps": 20}))
+    trainer = ObjectCentricTrainer(cfg)
+    result = trainer.run(progress=False)
+    agent = load_agent(result.checkpoint)
+    assert agent.policy.estimator.attributes == "object"
+    frames = trainer.datasets[0].images["right_wrist"][:8]
+    for deployed, trained in zip(agent.policy.estimate(frames), trainer.model.estimate(frames)):
+        np.testing.assert_allclose(deployed, trained, rtol=1e-5, atol=1e-7)
+    with pytest.raises(CheckpointError, match=r"estimator_from = .*trained with other object_centric.attributes"):
+        ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "scene", data, **{
+            "object_centric.estimator_from": str(result.checkpoint)})))
+    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected scene or object"):
+        compose_train_cfg(oc_overrides(tmp_path / "bad", data, **{"object_centric.attributes": "arm"}))
 
 
 def test_the_locator_measures_sharp_keypoints_through_the_camera_and_nothing_else():

@@ -174,6 +174,7 @@ ACTION_FRAMES = ("hand", "object", "hand_bin", "object_bin")
 PHASED_FRAMES = ACTION_FRAMES[2:]  # anchored on the bin once the object is lifted (they need the belt's height)
 PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
 HEADS = ("l1", "flow")  # ObjectCentricCfg.head
+ATTRIBUTE_SOURCES = ("scene", "object")  # ObjectCentricCfg.attributes
 
 
 @dataclass(frozen=True)
@@ -184,6 +185,11 @@ class ObjectCentricCfg:
     estimator_batch: int = 64
     head_batch: int = 256
     keypoints: int = 16
+    # What the estimator reads the object's grasp yaw, size and bin from: `scene` (every keypoint of the view) or
+    # `object` (the features around the object's keypoint alone; object_centric.ObjectEstimator). Through `scene`
+    # the estimator learns the arm's posture in the demos as a cue to the object, and misreads the object once a
+    # policy holds the arm otherwise (docs/results.md).
+    attributes: str = "scene"
     # The action head: `l1` (an MLP regressing the chunk, `hidden` wide) or `flow` (the flow transformer's
     # action decoder conditioned on the head's input, sized by policy.dim, policy.heads, policy.action_layers and
     # policy.flow_steps). docs/results.md compares them on the same perception, data and trials.
@@ -232,7 +238,8 @@ class ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
         each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame one of ACTION_FRAMES, control_hz in
-        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS, head one of HEADS."""
+        (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS, head one of
+        HEADS, attributes one of ATTRIBUTE_SOURCES."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -257,6 +264,8 @@ class ObjectCentricCfg:
                 "true or false")
         require(self.perception in PERCEPTIONS, f"{where}.perception", self.perception, " or ".join(PERCEPTIONS))
         require(self.head in HEADS, f"{where}.head", self.head, " or ".join(HEADS))
+        require(self.attributes in ATTRIBUTE_SOURCES, f"{where}.attributes", self.attributes,
+                " or ".join(ATTRIBUTE_SOURCES))
         return self
 
 

@@ -35,7 +35,7 @@ from r2s2r.core import ConfigError
 from r2s2r.data.datagen_info import OBJECT, TARGET_BIN, matrix_poses, positions
 from r2s2r.geometry import quat_to_mat
 from r2s2r.policy.chunks import ActionChunks
-from r2s2r.policy.config import PHASED_FRAMES
+from r2s2r.policy.config import ATTRIBUTE_SOURCES, PHASED_FRAMES
 from r2s2r.policy.model import ActionFlow
 
 # Per-frame labels the estimator learns (from obs/datagen_info): slices into the 11-vector.
@@ -114,14 +114,28 @@ def to_unit(images: np.ndarray | torch.Tensor) -> torch.Tensor:
     return x.permute(0, 3, 1, 2).float() / 255.0
 
 
+# Feature cells per side read around keypoint 0 with `attributes=object`: 12 px of a 128 px image at stride 4, each
+# cell seeing about 20 px, which holds the largest object the head camera shows near the grasp.
+ROI_CELLS = 3
+
+
 class ObjectEstimator(nn.Module):
     """Image (B, 3, H, W) in [0, 1] -> (mean (B, 11), log variance of the position (B, 3)), normalized units.
 
     Spatial softmax keypoints (where) and the features under each keypoint (what: colour, shape) feed an MLP.
+    `attributes` (ObjectCentricCfg.attributes) says what the object's yaw, size and bin are read from: `scene`, the
+    same MLP over every keypoint; `object`, a second MLP over the feature cells around keypoint 0 alone (the one
+    taught to sit on the object), so that the rest of the view (the arm's posture, which in the demos goes with the
+    object being picked) cannot stand in for the object's own shape.
     """
 
-    def __init__(self, keypoints: int = 16, width: int = 32, hidden: int = 256):
+    def __init__(self, keypoints: int = 16, width: int = 32, hidden: int = 256, attributes: str = "scene"):
         super().__init__()
+        if attributes not in ATTRIBUTE_SOURCES:
+            raise ConfigError(f"object_centric.attributes = {attributes!r}: expected one of "
+                              f"{', '.join(ATTRIBUTE_SOURCES)}")
+        self.attributes = attributes
+        self.scene_dim = keypoints * (2 + width)
         self.net = nn.Sequential(
             nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.GroupNorm(4, 16), nn.GELU(),
             nn.Conv2d(16, width, 3, stride=2, padding=1), nn.GroupNorm(8, width), nn.GELU(),
@@ -129,19 +143,27 @@ class ObjectEstimator(nn.Module):
         )
         self.attention = nn.Conv2d(width, keypoints, 1)
         self.log_temperature = nn.Parameter(torch.zeros(()))
-        self.mlp = nn.Sequential(nn.Linear(keypoints * (2 + width), hidden), nn.GELU(), nn.Linear(hidden, hidden),
-                                 nn.GELU(), nn.Linear(hidden, LABEL_DIM + 3))
+        scene_out = LABEL_DIM + 3 if attributes == "scene" else POS.stop + 3
+        self.mlp = nn.Sequential(nn.Linear(self.scene_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
+                                 nn.GELU(), nn.Linear(hidden, scene_out))
+        if attributes == "object":
+            self.object_mlp = nn.Sequential(nn.Linear(2 + ROI_CELLS**2 * width, hidden), nn.GELU(),
+                                            nn.Linear(hidden, hidden), nn.GELU(),
+                                            nn.Linear(hidden, LABEL_DIM - POS.stop))
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.outputs(self.latent(images)[0])
 
     def outputs(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = self.mlp(latent)
+        out = self.mlp(latent[:, :self.scene_dim])
+        if self.attributes == "object":
+            out = torch.cat([out[:, :POS.stop], self.object_mlp(latent[:, self.scene_dim:]), out[:, POS.stop:]], 1)
         return out[:, :LABEL_DIM], out[:, LABEL_DIM:].clamp(-12.0, 6.0)
 
     def latent(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, K * (2 + width)): each keypoint's image position and the features under it; and the attention
-        logits (B, K, h * w) over the feature grid (stride 4)."""
+        """(B, K * (2 + width)): each keypoint's image position and the features under it, then with `attributes`
+        `object` keypoint 0's position and the features of the ROI_CELLS x ROI_CELLS cells around it; and the
+        attention logits (B, K, h * w) over the feature grid (stride 4)."""
         feats = self.net(images - 0.5)
         b, c, h, w = feats.shape
         logits = self.attention(feats).flatten(2) * torch.exp(self.log_temperature)
@@ -151,7 +173,16 @@ class ObjectEstimator(nn.Module):
         grid = torch.stack([xs.flatten(), ys.flatten()], dim=-1)  # (HW, 2)
         where = weights @ grid  # (B, K, 2)
         what = weights @ feats.flatten(2).transpose(1, 2)  # (B, K, C)
-        return torch.cat([where, what], dim=-1).flatten(1), logits
+        scene = torch.cat([where, what], dim=-1).flatten(1)
+        if self.attributes == "scene":
+            return scene, logits
+        # Where keypoint 0 sits is the keypoint loss's to teach; the attributes only read around it.
+        centre = where[:, 0].detach()
+        steps = torch.arange(ROI_CELLS, device=images.device, dtype=feats.dtype) - (ROI_CELLS - 1) / 2
+        oy, ox = torch.meshgrid(steps * 2 / (h - 1), steps * 2 / (w - 1), indexing="ij")
+        cells = centre[:, None, None, :] + torch.stack([ox, oy], dim=-1)[None]  # (B, R, R, 2) as x, y in [-1, 1]
+        roi = F.grid_sample(feats, cells, align_corners=True, padding_mode="border")  # (B, C, R, R)
+        return torch.cat([scene, centre, roi.flatten(1)], dim=1), logits
 
 
 FEATURE_STRIDE = 4  # the estimator's feature grid is the image downsampled 4x
@@ -536,9 +567,10 @@ def head_input(tracked: np.ndarray, ee_pos: np.ndarray, proprio: np.ndarray) -> 
 class ObjectCentricPolicy(nn.Module):
     """The estimator and the head with their normalization statistics (buffers, so a checkpoint carries them)."""
 
-    def __init__(self, proprio_dim: int, action_dim: int, head: nn.Module, keypoints: int = 16):
+    def __init__(self, proprio_dim: int, action_dim: int, head: nn.Module, keypoints: int = 16,
+                 attributes: str = "scene"):
         super().__init__()
-        self.estimator = ObjectEstimator(keypoints)
+        self.estimator = ObjectEstimator(keypoints, attributes=attributes)
         self.head = head  # ActionHead or FlowHead over STATE_DIM + proprio_dim inputs
         for name, dim in (("label", LABEL_DIM), ("input", STATE_DIM + proprio_dim), ("action", action_dim)):
             self.register_buffer(f"{name}_mean", torch.zeros(dim))
@@ -552,7 +584,7 @@ class ObjectCentricPolicy(nn.Module):
         in_dim = STATE_DIM + proprio_dim
         head = ActionHead(in_dim, p.chunk, p.action_dim, oc.hidden, oc.dropout) if oc.head == "l1" else \
             FlowHead(in_dim, p.chunk, p.action_dim, p.dim, p.heads, p.action_layers, oc.dropout, p.flow_steps)
-        return cls(proprio_dim, p.action_dim, head, oc.keypoints)
+        return cls(proprio_dim, p.action_dim, head, oc.keypoints, oc.attributes)
 
     def set_stats(self, name: str, mean: np.ndarray, std: np.ndarray) -> None:
         getattr(self, f"{name}_mean").copy_(torch.as_tensor(mean, dtype=torch.float32))

@@ -48,7 +48,8 @@ HEAD_ONLY_FIELDS = (*RUN_LENGTH_FIELDS, "run_dir", "policy.execute", "policy.ens
                     "object_centric.state_noise", "object_centric.hand_shift", "object_centric.hand_shift_fraction",
                     "object_centric.action_frame", "object_centric.estimator_from", "object_centric.height_from_size")
 # Fields that shape the estimator's weights: a checkpoint given as `object_centric.estimator_from` must agree on them.
-ESTIMATOR_SHAPE_FIELDS = ("policy.cameras", "policy.image_size", "object_centric.keypoints")
+ESTIMATOR_SHAPE_FIELDS = ("policy.cameras", "policy.image_size", "object_centric.keypoints",
+                          "object_centric.attributes")
 
 
 def _demos(d: LoadedDataset, first: int, stop: int, num_demos: int) -> LoadedDataset:
