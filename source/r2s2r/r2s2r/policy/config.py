@@ -186,9 +186,9 @@ class ObjectCentricCfg:
     head_batch: int = 256
     keypoints: int = 16
     # What the estimator reads the object's grasp yaw, size and bin from: `scene` (every keypoint of the view) or
-    # `object` (the features around the object's keypoint alone; object_centric.ObjectEstimator). Through `scene`
-    # the estimator learns the arm's posture in the demos as a cue to the object, and misreads the object once a
-    # policy holds the arm otherwise (docs/results.md).
+    # `object` (the feature cells around the object's keypoint; object_centric.ObjectEstimator). Through `scene` the
+    # estimator learns the arm's posture in the demos as a cue to the object, and misreads the object once a policy
+    # holds the arm otherwise (docs/results.md).
     attributes: str = "scene"
     # The action head: `l1` (an MLP regressing the chunk, `hidden` wide) or `flow` (the flow transformer's
     # action decoder conditioned on the head's input, sized by policy.dim, policy.heads, policy.action_layers and

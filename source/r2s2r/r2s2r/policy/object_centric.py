@@ -124,9 +124,9 @@ class ObjectEstimator(nn.Module):
 
     Spatial softmax keypoints (where) and the features under each keypoint (what: colour, shape) feed an MLP.
     `attributes` (ObjectCentricCfg.attributes) says what the object's yaw, size and bin are read from: `scene`, the
-    same MLP over every keypoint; `object`, a second MLP over the feature cells around keypoint 0 alone (the one
-    taught to sit on the object), so that the rest of the view (the arm's posture, which in the demos goes with the
-    object being picked) cannot stand in for the object's own shape.
+    same MLP over every keypoint, the arm's included; `object`, a second MLP over the feature cells around keypoint
+    0 alone (the one taught to sit on the object). Those cells still see the rest of the view through GroupNorm's
+    statistics, which each image's features are normalized by.
     """
 
     def __init__(self, keypoints: int = 16, width: int = 32, hidden: int = 256, attributes: str = "scene"):
