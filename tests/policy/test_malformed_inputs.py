@@ -432,6 +432,7 @@ _TOOLS = {
     "experiment.py": ["--scale", "smoke", "--dry-run"], "export_usd.py": [],
     "render_states.py": ["--dataset", "a.h5", "--output", "b.h5", "--cameras", "right_wrist"],
     "generate.py": ["--task", "R2S2R-PickSort-WorldUngrounded-BehaviorUngrounded-v0", "--output", "g.hdf5"],
+    "perception_report.py": ["--checkpoint", "a.pt", "--dataset", "b.h5"],
 }
 _OPTIONS = {
     "play.py": {"--episodes": ("-1", "x"), "--fps": ("0", "1e9"), "--size": ("nan",), "--seed": ("-1",)},
@@ -447,6 +448,7 @@ _OPTIONS = {
     "export_usd.py": {"--animate": ("-1", "inf", "nan")},
     "render_states.py": {"--image-size": ("4", "abc")},
     "generate.py": {"--num-trajectories": ("0",), "--seed": ("-5", "nan", str(2**31)), "--num-workers": ("0", "1.5")},
+    "perception_report.py": {"--closed-loop": ("-1", "2.5")},
 }
 ARGUMENT_CASES = [(f"{tool} {option} {value}", tool, option, value)
                   for tool, options in _OPTIONS.items() for option, values in options.items() for value in values]

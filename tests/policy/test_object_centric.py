@@ -24,8 +24,9 @@ from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, 
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target,
-                                         ObjectEstimator, ROI_CELLS)
-from r2s2r.policy.train_object_centric import ObjectCentricTrainer
+                                         ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD)
+from r2s2r.evaluation.perception import LIFTED, closed_loop_perception
+from r2s2r.policy.train_object_centric import ObjectCentricTrainer, measure, track
 from r2s2r.real.twin import TwinCell
 
 BELT_TOP = belt_top(load_world("grounded").cell)  # the phased frames' belt, from the default keypoint_world
@@ -547,24 +548,63 @@ def test_object_attributes_are_read_around_keypoint_0_alone():
         ObjectEstimator(attributes="arm")
 
 
-def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_scene_one(tmp_path, policy_datasets):
-    """A run with object_centric.attributes=object writes a checkpoint whose estimator deploys as trained; a run
-    asked to keep it with the other reading (or any other value) is refused before data is loaded."""
+@pytest.fixture(scope="module")
+def object_attribute_run(tmp_path_factory, policy_datasets):
+    """A tiny camera policy with object_centric.attributes=object on the twin's demos: (trainer, its checkpoint)."""
     data = [(policy_datasets["real"], 1.0)]
-    cfg = compose_train_cfg(oc_overrides(tmp_path / "run", data, steps=10, **{
+    cfg = compose_train_cfg(oc_overrides(tmp_path_factory.mktemp("attributes") / "run", data, steps=10, **{
         "object_centric.attributes": "object", "object_centric.estimator_steps": 20}))
     trainer = ObjectCentricTrainer(cfg)
-    result = trainer.run(progress=False)
-    agent = load_agent(result.checkpoint)
+    return trainer, trainer.run(progress=False).checkpoint
+
+
+def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_scene_one(tmp_path, policy_datasets,
+                                                                                       object_attribute_run):
+    """A run with object_centric.attributes=object writes a checkpoint whose estimator deploys as trained; a run
+    asked to keep it with the other reading (or any other value) is refused before data is loaded."""
+    trainer, checkpoint = object_attribute_run
+    agent = load_agent(checkpoint)
     assert agent.policy.estimator.attributes == "object"
     frames = trainer.datasets[0].images["right_wrist"][:8]
     for deployed, trained in zip(agent.policy.estimate(frames), trainer.model.estimate(frames)):
         np.testing.assert_allclose(deployed, trained, rtol=1e-5, atol=1e-7)
+    data = [(policy_datasets["real"], 1.0)]
     with pytest.raises(CheckpointError, match=r"estimator_from = .*trained with other object_centric.attributes"):
         ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "scene", data, **{
-            "object_centric.estimator_from": str(result.checkpoint)})))
+            "object_centric.estimator_from": str(checkpoint)})))
     with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected scene or object"):
         compose_train_cfg(oc_overrides(tmp_path / "bad", data, **{"object_centric.attributes": "arm"}))
+
+
+def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policys_own_episode(policy_datasets,
+                                                                                              object_attribute_run):
+    """The closed-loop report's run on a demo's actions is the demo again: its errors are those of the policy's
+    perception over the recorded frames, computed offline against the recorded object states (the oracle), over
+    the same steps (before the lift, the position tracked: every step for this barely trained estimator). Its run
+    on the policy's own actions is another episode of the same object, reported beside it."""
+    trainer, checkpoint = object_attribute_run
+    agent = load_agent(checkpoint)
+    steps, measured_std = 40, 10.0
+    report = closed_loop_perception(agent, policy_datasets["real"], max_demos=1, progress=False, max_steps=steps,
+                                    measured_std=measured_std)
+    d = trainer.datasets[0]
+    end = steps
+    mean, var, drift, _ = measure(agent.policy, agent.locator, "right_wrist", d)
+    state = track(d, mean, var, drift, 1.0 / agent.tracker.dt, agent.tracker.belt_top)[:end]
+    truth = d.labels[:end]
+    lifted = np.flatnonzero(truth[:, 2] > truth[0, 2] + LIFTED)
+    counted = np.arange(end) < (lifted[0] if len(lifted) else end)
+    counted &= state[:, TRACKED_STD].max(axis=1) < measured_std
+    assert report["demos"] == 1 and list(report["by_object"]) == [d.demo_objects[0]]
+    entry = report["by_object"][d.demo_objects[0]]
+    replayed = entry["demo_actions"]
+    assert replayed["steps"] == int(counted.sum()) > 0
+    np.testing.assert_allclose(replayed["size_error_cm"],
+                               np.median(100 * (state[counted, TRACKED_SIZE] - truth[counted, SIZE]), axis=0),
+                               atol=0.011)
+    np.testing.assert_allclose(replayed["position_cm"], np.median(
+        100 * np.linalg.norm(state[counted, :2] - truth[counted, :2], axis=1)), atol=0.011)
+    assert entry["policy_actions"]["steps"] > 0 and entry["demos"] == 1
 
 
 def test_the_locator_measures_sharp_keypoints_through_the_camera_and_nothing_else():

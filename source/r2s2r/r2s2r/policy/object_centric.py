@@ -50,6 +50,8 @@ EE_POS = slice(27, 30)  # its position
 SETPOINT = 34  # the set-point's column there
 # Tracked state (`BeltTracker.update`): object position, velocity, position std, yaw features, size, bin position.
 TRACKED_DIM = 3 + 3 + 3 + 2 + 3 + 3
+TRACKED_STD = slice(6, 9)  # the tracked position's std
+TRACKED_SIZE = slice(11, 14)  # the object's half extents
 TRACKED_BIN = slice(14, 17)  # its bin position
 TRACKED_HALF_HEIGHT = 13  # its half extent along z (the size's last)
 # The head's state input: the tracked state with positions relative to the hand, plus the object's offset from the

@@ -1,0 +1,99 @@
+"""Perception in closed loop: what an object-centric policy's camera makes of the object under its own motion.
+
+A perception report on recorded demos (`policy.train_object_centric.perception_report`) sees the frames the
+teleoperator's arm left: an estimator that learnt the arm's posture as a cue to the object reads them right and
+still misreads the object once the policy moves the arm otherwise. Here each recorded demo's episode is played on
+the twin twice, from the demo's reset seed and condition: once with the demo's recorded actions (the twin renders
+the recorded frames again) and once with the policy's own. In both the policy's perception runs on every frame
+(the agent acts; only the second run executes what it says), and the tracked object is held against the twin's
+truth until the object is lifted. Where the two runs differ, the policy's motion changes what the camera shows it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from r2s2r.data import DatasetError, DemoReader
+from r2s2r.policy.object_centric import TRACKED_SIZE, TRACKED_STD, ObjectCentricAgent
+from r2s2r.real.twin import make_twin_env
+
+LIFTED = 0.02  # m above where the object rode: the hand has it, and the tracker's belt model no longer applies
+MEASURED_STD = 0.05  # m: steps whose tracked position is surer than this count (the object seen, or carried)
+
+
+def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str, steps: int,
+                       actions: Callable[[dict, int], np.ndarray] | None,
+                       measured_std: float = MEASURED_STD) -> dict[str, np.ndarray]:
+    """One episode of at most `steps` control steps from `seed` and `condition`, executing `actions(obs, t)` (None:
+    the agent's own) while `agent` perceives every frame: per step counted (before the lift, the tracked position's
+    std under `measured_std` m), the tracked half extents minus the true ones (cm, (n, 3)) and the tracked
+    position's distance to the true one in the belt plane (cm, (n,))."""
+    obs, _ = env.reset(seed=seed, options={"condition": condition})
+    agent.reset(seed)
+    rode = float(obs["privileged"]["object_pos"][2])
+    size, position = [], []
+    for t in range(steps):
+        action = agent.act(obs)
+        truth = obs["privileged"]
+        if float(truth["object_pos"][2]) > rode + LIFTED:
+            break
+        tracked = agent.tracked
+        if tracked[TRACKED_STD].max() < measured_std:
+            size.append(100 * (tracked[TRACKED_SIZE] - truth["object_half_extents"]))
+            position.append(100 * np.linalg.norm(tracked[:2] - truth["object_pos"][:2]))
+        obs, _, terminated, truncated, _ = env.step(actions(obs, t) if actions else action)
+        if terminated or truncated:
+            break
+    return {"size": np.reshape(size, (-1, 3)), "position": np.asarray(position)}
+
+
+def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike, max_demos: int | None = None,
+                           progress: bool = True, max_steps: int | None = None,
+                           measured_std: float = MEASURED_STD) -> dict:
+    """The closed-loop perception report of object-centric `agent` (camera perception) over the demos of
+    `dataset` (twin demos: each with its reset `seed` and `condition`), at most `max_demos` of them.
+
+    Returns {"demos": n, "by_object": {object: {"demos": k, "demo_actions": stats, "policy_actions": stats}}}, where
+    stats = {"size_error_cm": per-axis median of the tracked half extents minus the true ones, "position_cm": the
+    median distance in the belt plane, "steps": counted steps}, over the steps before the object is lifted where the
+    tracked position's std is under `measured_std` m; each episode at most as long as its demo and `max_steps`.
+    """
+    if agent.uses_tracking:
+        raise ValueError(f"{agent.name}: its head reads the cell's tracking (object_centric.perception=tracking); "
+                         "it has no perception to report")
+    with DemoReader(dataset, min_demos=1, attrs=("seed", "condition", "object"),
+                    purpose="a closed-loop perception report replays each demo's episode") as reader:
+        names = reader.names[:max_demos] if max_demos else reader.names
+        demos = []
+        for name in names:
+            attrs = reader.attrs(name)
+            if not isinstance(attrs["seed"], (int, np.integer)) or isinstance(attrs["seed"], bool):
+                raise DatasetError(f"{dataset}: demo {name}: seed = {attrs['seed']!r}: expected an integer")
+            demos.append((str(attrs["object"]), int(attrs["seed"]), str(attrs["condition"]),
+                          reader.load(name, only=("actions",))["actions"]))
+    env = make_twin_env(**agent.env_overrides)
+    runs: dict[str, dict[str, list]] = {}
+    try:
+        for obj, seed, condition, actions in tqdm(demos, desc="closed loop", unit="demo", disable=not progress):
+            for kind, act in (("demo_actions", lambda obs, t, a=actions: a[t]), ("policy_actions", None)):
+                steps = len(actions) if max_steps is None else min(len(actions), max_steps)
+                errors = closed_loop_errors(env, agent, seed, condition, steps, act, measured_std)
+                runs.setdefault(obj, {}).setdefault(kind, []).append(errors)
+    finally:
+        env.close()
+
+    def stats(parts: list[dict]) -> dict:
+        size = np.concatenate([p["size"] for p in parts])
+        position = np.concatenate([p["position"] for p in parts])
+        if not len(position):
+            return {"steps": 0}
+        return {"size_error_cm": [round(float(v), 2) for v in np.median(size, axis=0)],
+                "position_cm": round(float(np.median(position)), 2), "steps": int(len(position))}
+
+    by_object = {obj: {"demos": len(kinds["demo_actions"]), **{k: stats(v) for k, v in kinds.items()}}
+                 for obj, kinds in sorted(runs.items())}
+    return {"demos": len(demos), "by_object": by_object}
