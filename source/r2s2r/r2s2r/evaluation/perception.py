@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 from tqdm import tqdm
 
-from r2s2r.data import DatasetError, DemoReader
+from r2s2r.data import DemoReader
 from r2s2r.policy.object_centric import TRACKED_SIZE, TRACKED_STD, ObjectCentricAgent
 from r2s2r.real.twin import make_twin_env
 
@@ -67,20 +67,17 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
                          "it has no perception to report")
     with DemoReader(dataset, min_demos=1, attrs=("seed", "condition", "object"),
                     purpose="a closed-loop perception report replays each demo's episode") as reader:
-        names = reader.names[:max_demos] if max_demos else reader.names
-        demos = []
-        for name in names:
+        demos = []  # the reader has checked each seed (an integer >= 0), condition and object (strings)
+        for name in reader.names[:max_demos] if max_demos else reader.names:
             attrs = reader.attrs(name)
-            if not isinstance(attrs["seed"], (int, np.integer)) or isinstance(attrs["seed"], bool):
-                raise DatasetError(f"{dataset}: demo {name}: seed = {attrs['seed']!r}: expected an integer")
-            demos.append((str(attrs["object"]), int(attrs["seed"]), str(attrs["condition"]),
+            demos.append((attrs["object"], int(attrs["seed"]), attrs["condition"],
                           reader.load(name, only=("actions",))["actions"]))
     env = make_twin_env(**agent.env_overrides)
     runs: dict[str, dict[str, list]] = {}
     try:
         for obj, seed, condition, actions in tqdm(demos, desc="closed loop", unit="demo", disable=not progress):
+            steps = len(actions) if max_steps is None else min(len(actions), max_steps)
             for kind, act in (("demo_actions", lambda obs, t, a=actions: a[t]), ("policy_actions", None)):
-                steps = len(actions) if max_steps is None else min(len(actions), max_steps)
                 errors = closed_loop_errors(env, agent, seed, condition, steps, act, measured_std)
                 runs.setdefault(obj, {}).setdefault(kind, []).append(errors)
     finally:
