@@ -24,7 +24,8 @@ from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, 
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target,
-                                         ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD)
+                                         ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD,
+                                         GLIMPSE_PX, GLIMPSE_SIDE)
 from r2s2r.evaluation.perception import LIFTED, closed_loop_perception
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer, measure, track
 from r2s2r.real.twin import TwinCell
@@ -544,27 +545,82 @@ def test_object_attributes_are_read_around_keypoint_0_alone():
         latent, _ = scene.latent(images)
         other_view = latent + torch.randn_like(latent)
         assert not torch.allclose(scene.outputs(latent)[0][:, POS.stop:], scene.outputs(other_view)[0][:, POS.stop:])
-    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected one of scene, object"):
+    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected one of scene, object, glimpse"):
         ObjectEstimator(attributes="arm")
+
+
+def pixel_bilinear(image: np.ndarray, x: float, y: float) -> np.ndarray:
+    """(3,) the image (3, H, W) at continuous pixel coordinates x, y (pixel k spans [k, k + 1)), interpolated between
+    the four nearest pixel centres, zero outside the image."""
+    x, y = x - 0.5, y - 0.5
+    x0, y0 = int(np.floor(x)), int(np.floor(y))
+    value = np.zeros(3)
+    for dy, dx in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        px, py = x0 + dx, y0 + dy
+        if 0 <= px < image.shape[2] and 0 <= py < image.shape[1]:
+            value += (1 - abs(x - px)) * (1 - abs(y - py)) * image[:, py, px]
+    return value
+
+
+def test_glimpse_attributes_read_the_pixels_around_keypoint_0_alone():
+    """object_centric.attributes=glimpse: the yaw, size and bin come from the image's own pixels around keypoint 0's
+    expected position (a window GLIMPSE_SIDE of the width wide, sampled as the oracle below does it, zeros past the
+    edge) through a CNN normalized per pixel: the same window inside two different views reads the same, with
+    another image in the batch or not."""
+    torch.manual_seed(1)
+    images = torch.rand(3, 3, 64, 96)
+    est = ObjectEstimator(keypoints=4, width=8, hidden=32, attributes="glimpse").eval()
+    with torch.no_grad():
+        latent, _ = est.latent(images)
+    h, w = 64 // FEATURE_STRIDE, 96 // FEATURE_STRIDE
+    centre = latent[:, est.scene_dim:est.scene_dim + 2].numpy()
+    side = GLIMPSE_SIDE * 96 / GLIMPSE_PX  # image pixels per glimpse pixel
+    offsets = (np.arange(GLIMPSE_PX) - (GLIMPSE_PX - 1) / 2) * side
+    crops = np.zeros((len(images), 3, GLIMPSE_PX, GLIMPSE_PX))
+    for b in range(len(images)):
+        px = (centre[b, 0] + 1) / 2 * (w - 1) * FEATURE_STRIDE + FEATURE_STRIDE / 2
+        py = (centre[b, 1] + 1) / 2 * (h - 1) * FEATURE_STRIDE + FEATURE_STRIDE / 2
+        for i, dy in enumerate(offsets):
+            for j, dx in enumerate(offsets):
+                crops[b, :, i, j] = pixel_bilinear(images[b].numpy(), px + dx, py + dy)
+    with torch.no_grad():
+        read = est.glimpse_net(torch.tensor(crops, dtype=torch.float32) - 0.5).flatten(1)
+        np.testing.assert_allclose(latent[:, est.scene_dim + 2:], read, rtol=1e-4, atol=1e-5)
+        alone = est.glimpse_net(torch.tensor(crops[:1], dtype=torch.float32) - 0.5).flatten(1)
+        np.testing.assert_allclose(alone, read[:1], rtol=1e-5, atol=1e-6)
+        # Per-pixel normalization: the glimpse's first output cell sees its own corner (3 convolutions of 3 px, the
+        # last two at stride 2: 11 px) and nothing of the rest of the glimpse.
+        crop = torch.tensor(crops[:1], dtype=torch.float32) - 0.5
+        elsewhere = crop.clone()
+        elsewhere[..., 16:, :] = torch.rand_like(elsewhere[..., 16:, :])
+        elsewhere[..., :, 16:] = torch.rand_like(elsewhere[..., :, 16:])
+        corner, moved_corner = est.glimpse_net(crop)[..., 0, 0], est.glimpse_net(elsewhere)[..., 0, 0]
+        assert torch.equal(corner, moved_corner)
+        assert not torch.allclose(est.glimpse_net(crop)[..., -1, -1], est.glimpse_net(elsewhere)[..., -1, -1])
+        other_view = latent.clone()
+        other_view[:, :est.scene_dim] = torch.randn(len(images), est.scene_dim)
+        (mean, _), (moved, _) = est.outputs(latent), est.outputs(other_view)
+    assert torch.equal(mean[:, POS.stop:], moved[:, POS.stop:])
+    assert not torch.allclose(mean[:, POS], moved[:, POS])
 
 
 @pytest.fixture(scope="module")
 def object_attribute_run(tmp_path_factory, policy_datasets):
-    """A tiny camera policy with object_centric.attributes=object on the twin's demos: (trainer, its checkpoint)."""
+    """A tiny camera policy with object_centric.attributes=glimpse on the twin's demos: (trainer, its checkpoint)."""
     data = [(policy_datasets["real"], 1.0)]
     cfg = compose_train_cfg(oc_overrides(tmp_path_factory.mktemp("attributes") / "run", data, steps=10, **{
-        "object_centric.attributes": "object", "object_centric.estimator_steps": 20}))
+        "object_centric.attributes": "glimpse", "object_centric.estimator_steps": 20}))
     trainer = ObjectCentricTrainer(cfg)
     return trainer, trainer.run(progress=False).checkpoint
 
 
 def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_scene_one(tmp_path, policy_datasets,
                                                                                        object_attribute_run):
-    """A run with object_centric.attributes=object writes a checkpoint whose estimator deploys as trained; a run
+    """A run with object_centric.attributes=glimpse writes a checkpoint whose estimator deploys as trained; a run
     asked to keep it with the other reading (or any other value) is refused before data is loaded."""
     trainer, checkpoint = object_attribute_run
     agent = load_agent(checkpoint)
-    assert agent.policy.estimator.attributes == "object"
+    assert agent.policy.estimator.attributes == "glimpse"
     frames = trainer.datasets[0].images["right_wrist"][:8]
     for deployed, trained in zip(agent.policy.estimate(frames), trainer.model.estimate(frames)):
         np.testing.assert_allclose(deployed, trained, rtol=1e-5, atol=1e-7)
@@ -572,7 +628,7 @@ def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_sc
     with pytest.raises(CheckpointError, match=r"estimator_from = .*trained with other object_centric.attributes"):
         ObjectCentricTrainer(compose_train_cfg(oc_overrides(tmp_path / "scene", data, **{
             "object_centric.estimator_from": str(checkpoint)})))
-    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected scene or object"):
+    with pytest.raises(ConfigError, match="object_centric.attributes = 'arm': expected scene or object or glimpse"):
         compose_train_cfg(oc_overrides(tmp_path / "bad", data, **{"object_centric.attributes": "arm"}))
 
 

@@ -174,7 +174,7 @@ ACTION_FRAMES = ("hand", "object", "hand_bin", "object_bin")
 PHASED_FRAMES = ACTION_FRAMES[2:]  # anchored on the bin once the object is lifted (they need the belt's height)
 PERCEPTIONS = ("camera", "tracking")  # ObjectCentricCfg.perception
 HEADS = ("l1", "flow")  # ObjectCentricCfg.head
-ATTRIBUTE_SOURCES = ("scene", "object")  # ObjectCentricCfg.attributes
+ATTRIBUTE_SOURCES = ("scene", "object", "glimpse")  # ObjectCentricCfg.attributes
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,11 @@ class ObjectCentricCfg:
     estimator_batch: int = 64
     head_batch: int = 256
     keypoints: int = 16
-    # What the estimator reads the object's grasp yaw, size and bin from: `scene` (every keypoint of the view) or
-    # `object` (the feature cells around the object's keypoint; object_centric.ObjectEstimator). Through `scene` the
-    # estimator learns the arm's posture in the demos as a cue to the object, and misreads the object once a policy
-    # holds the arm otherwise (docs/results.md).
+    # What the estimator reads the object's grasp yaw, size and bin from: `scene` (every keypoint of the view),
+    # `object` (the feature cells around the object's keypoint) or `glimpse` (the image's pixels around it, through
+    # a CNN that normalizes per pixel); object_centric.ObjectEstimator. Through `scene` the estimator learns the
+    # arm's posture in the demos as a cue to the object, and misreads the object once a policy holds the arm
+    # otherwise; `object` still sees the whole view through its feature statistics (docs/results.md).
     attributes: str = "scene"
     # The action head: `l1` (an MLP regressing the chunk, `hidden` wide) or `flow` (the flow transformer's
     # action decoder conditioned on the head's input, sized by policy.dim, policy.heads, policy.action_layers and

@@ -116,19 +116,39 @@ def to_unit(images: np.ndarray | torch.Tensor) -> torch.Tensor:
     return x.permute(0, 3, 1, 2).float() / 255.0
 
 
+FEATURE_STRIDE = 4  # the estimator's feature grid is the image downsampled 4x
 # Feature cells per side read around keypoint 0 with `attributes=object`: 12 px of a 128 px image at stride 4, each
 # cell seeing about 20 px, which holds the largest object the head camera shows near the grasp.
 ROI_CELLS = 3
+# With `attributes=glimpse`: the square of the image read around keypoint 0, as a fraction of the image's width (32 px
+# of 128, room for the largest object near the grasp and a margin for keypoint 0's error), resampled to
+# GLIMPSE_PX pixels per side.
+GLIMPSE_SIDE = 0.25
+GLIMPSE_PX = 32
+
+
+class ChannelNorm(nn.Module):
+    """Normalizes each pixel's features across channels alone, so that no other pixel of the image enters."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
 class ObjectEstimator(nn.Module):
     """Image (B, 3, H, W) in [0, 1] -> (mean (B, 11), log variance of the position (B, 3)), normalized units.
 
     Spatial softmax keypoints (where) and the features under each keypoint (what: colour, shape) feed an MLP.
-    `attributes` (ObjectCentricCfg.attributes) says what the object's yaw, size and bin are read from: `scene`, the
-    same MLP over every keypoint, the arm's included; `object`, a second MLP over the feature cells around keypoint
-    0 alone (the one taught to sit on the object). Those cells still see the rest of the view through GroupNorm's
-    statistics, which each image's features are normalized by.
+    `attributes` (ObjectCentricCfg.attributes) says what the object's yaw, size and bin are read from, by a second
+    MLP where it is not `scene`:
+    - `scene`: the same MLP over every keypoint, the arm's included;
+    - `object`: the feature cells around keypoint 0 (the one taught to sit on the object). Those cells still see the
+      rest of the view through GroupNorm's statistics, which each image's features are normalized by;
+    - `glimpse`: the image's own pixels around keypoint 0, through a small CNN whose normalization stays per pixel,
+      so nothing outside the glimpse enters the reading.
     """
 
     def __init__(self, keypoints: int = 16, width: int = 32, hidden: int = 256, attributes: str = "scene"):
@@ -148,24 +168,35 @@ class ObjectEstimator(nn.Module):
         scene_out = LABEL_DIM + 3 if attributes == "scene" else POS.stop + 3
         self.mlp = nn.Sequential(nn.Linear(self.scene_dim, hidden), nn.GELU(), nn.Linear(hidden, hidden),
                                  nn.GELU(), nn.Linear(hidden, scene_out))
+        if attributes == "scene":
+            return
         if attributes == "object":
-            self.object_mlp = nn.Sequential(nn.Linear(2 + ROI_CELLS**2 * width, hidden), nn.GELU(),
-                                            nn.Linear(hidden, hidden), nn.GELU(),
-                                            nn.Linear(hidden, LABEL_DIM - POS.stop))
+            object_dim = ROI_CELLS**2 * width
+        else:
+            self.glimpse_net = nn.Sequential(  # GLIMPSE_PX -> GLIMPSE_PX / 4 per side
+                nn.Conv2d(3, 16, 3, padding=1), ChannelNorm(16), nn.GELU(),
+                nn.Conv2d(16, width, 3, stride=2, padding=1), ChannelNorm(width), nn.GELU(),
+                nn.Conv2d(width, width, 3, stride=2, padding=1), ChannelNorm(width), nn.GELU(),
+            )
+            object_dim = (GLIMPSE_PX // 4) ** 2 * width
+        self.object_mlp = nn.Sequential(nn.Linear(2 + object_dim, hidden), nn.GELU(),
+                                        nn.Linear(hidden, hidden), nn.GELU(),
+                                        nn.Linear(hidden, LABEL_DIM - POS.stop))
 
     def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.outputs(self.latent(images)[0])
 
     def outputs(self, latent: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         out = self.mlp(latent[:, :self.scene_dim])
-        if self.attributes == "object":
+        if self.attributes != "scene":
             out = torch.cat([out[:, :POS.stop], self.object_mlp(latent[:, self.scene_dim:]), out[:, POS.stop:]], 1)
         return out[:, :LABEL_DIM], out[:, LABEL_DIM:].clamp(-12.0, 6.0)
 
     def latent(self, images: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, K * (2 + width)): each keypoint's image position and the features under it, then with `attributes`
-        `object` keypoint 0's position and the features of the ROI_CELLS x ROI_CELLS cells around it; and the
-        attention logits (B, K, h * w) over the feature grid (stride 4)."""
+        """(B, K * (2 + width)): each keypoint's image position and the features under it, then unless `attributes`
+        is `scene`, keypoint 0's position and what the object readout sees there (the ROI_CELLS x ROI_CELLS feature
+        cells around it, or the glimpse CNN's features); and the attention logits (B, K, h * w) over the feature
+        grid (stride 4)."""
         feats = self.net(images - 0.5)
         b, c, h, w = feats.shape
         logits = self.attention(feats).flatten(2) * torch.exp(self.log_temperature)
@@ -180,14 +211,34 @@ class ObjectEstimator(nn.Module):
             return scene, logits
         # Where keypoint 0 sits is the keypoint loss's to teach; the attributes only read around it.
         centre = where[:, 0].detach()
-        steps = torch.arange(ROI_CELLS, device=images.device, dtype=feats.dtype) - (ROI_CELLS - 1) / 2
-        oy, ox = torch.meshgrid(steps * 2 / (h - 1), steps * 2 / (w - 1), indexing="ij")
-        cells = centre[:, None, None, :] + torch.stack([ox, oy], dim=-1)[None]  # (B, R, R, 2) as x, y in [-1, 1]
-        roi = F.grid_sample(feats, cells, align_corners=True, padding_mode="border")  # (B, C, R, R)
-        return torch.cat([scene, centre, roi.flatten(1)], dim=1), logits
+        if self.attributes == "object":
+            seen = F.grid_sample(feats, offsets_around(centre, ROI_CELLS, 2 / (w - 1), 2 / (h - 1)),
+                                 align_corners=True, padding_mode="border")  # (B, C, R, R)
+        else:
+            seen = self.glimpse_net(glimpse(images, centre, h, w) - 0.5)
+        return torch.cat([scene, centre, seen.flatten(1)], dim=1), logits
 
 
-FEATURE_STRIDE = 4  # the estimator's feature grid is the image downsampled 4x
+def offsets_around(centre: torch.Tensor, count: int, step_x: float, step_y: float) -> torch.Tensor:
+    """(B, count, count, 2) sampling points (x, y) `step` apart in grid_sample's normalized coordinates, centred
+    on `centre` (B, 2)."""
+    steps = torch.arange(count, device=centre.device, dtype=centre.dtype) - (count - 1) / 2
+    oy, ox = torch.meshgrid(steps * step_y, steps * step_x, indexing="ij")
+    return centre[:, None, None, :] + torch.stack([ox, oy], dim=-1)[None]
+
+
+def glimpse(images: torch.Tensor, centre: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    """(B, 3, GLIMPSE_PX, GLIMPSE_PX): the square GLIMPSE_SIDE of the image's width wide around `centre`, a point of
+    the (h, w) feature grid in its normalized coordinates (cell i at -1 + 2 i / (w - 1)), resampled bilinearly;
+    outside the image it reads zeros. Cell i is pixels [4i, 4i + 4) (FEATURE_STRIDE), so its centre lies at image
+    coordinate 4i + 2 of a width of 4w."""
+    height, width = images.shape[-2:]
+    cell = (centre + 1) / 2 * torch.tensor([w - 1, h - 1], device=centre.device, dtype=centre.dtype)
+    pixel = cell * FEATURE_STRIDE + FEATURE_STRIDE / 2
+    at = pixel * 2 / torch.tensor([width, height], device=centre.device, dtype=centre.dtype) - 1
+    step = 2 * GLIMPSE_SIDE / GLIMPSE_PX  # one glimpse pixel, in the image's normalized width
+    points = offsets_around(at, GLIMPSE_PX, step, step * width / height)
+    return F.grid_sample(images, points, align_corners=False, padding_mode="zeros")
 
 
 def keypoint_target(pixels: torch.Tensor, width: int, height: int) -> tuple[torch.Tensor, torch.Tensor]:
