@@ -1,6 +1,7 @@
-"""The published policies (assets/policies/: the `study1500` scale's real-only and fully grounded runs of seed 0):
-they load safely, fit the size budget, were trained with the current recipe, and pick on the twin as
-`scripts/evaluate.py` runs them (the protocol's first trial, which both pass in docs/results.md)."""
+"""The published policies (assets/policies/: real-only and fully grounded on the `study1500` scale's data, seed 0,
+the estimator reading the object alone): they load safely, fit the size budget, were trained with the recipe
+docs/results.md reports, and pick on the twin as `scripts/evaluate.py` runs them (the protocol's first trial, which
+both pass there)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_published_policy_loads_and_lifts_the_object(name):
     # A resting object's height from its fused size, as trained (the `study1500` recipe).
     assert cfg["object_centric"]["height_from_size"] and agent.tracker.belt_top is not None
     assert cfg["policy"]["ensemble"] == 0 and isinstance(agent.policy.head, ActionHead)  # the L1 head, ensembled
+    assert agent.policy.estimator.attributes == cfg["object_centric"]["attributes"] == "object"
     cell = TwinCell(**agent.env_overrides)
     try:
         obs = cell.reset(condition="nominal", seed=10000)
