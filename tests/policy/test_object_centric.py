@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from r2s2r.control.grasp import grasp_yaw
+from r2s2r.control.grasp import grasp_yaw, grasp_yaw_period
 from r2s2r.cell.world import load_world
 from r2s2r.core import ConfigError
-from r2s2r.data import DatasetError
-from r2s2r.data.datagen_info import pose_matrices, translations
+from r2s2r.data import DatasetError, DemoReader
+from r2s2r.data.datagen_info import OBJECT, matrix_poses, pose_matrices, translations
 from r2s2r.geometry import mat_to_quat, rpy_to_mat
 from r2s2r.policy.agent import load_agent
 from r2s2r.policy.checkpoint import CheckpointError, load_checkpoint
@@ -24,9 +24,9 @@ from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, 
                                          NEAR_FIELD, OFFSET, POS, RESTING_MARGIN, SETPOINT, SIZE, TRACKED_BIN,
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target,
-                                         ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD,
+                                         ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD, TRACKED_YAW,
                                          GLIMPSE_PX, GLIMPSE_SIDE)
-from r2s2r.evaluation.perception import LIFTED, closed_loop_perception
+from r2s2r.evaluation.perception import LIFTED, closed_loop_perception, yaw_error
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer, measure, track
 from r2s2r.real.twin import TwinCell
 
@@ -632,6 +632,21 @@ def test_an_object_attribute_estimator_trains_deploys_and_is_not_mixed_with_a_sc
         compose_train_cfg(oc_overrides(tmp_path / "bad", data, **{"object_centric.attributes": "arm"}))
 
 
+def test_yaw_error_is_signed_and_wrapped_to_the_grasps_period():
+    """A capsule lying along the belt at 30 degrees read at 10: -20 degrees; read at -80: 70 (half a turn wraps);
+    a cube turned 40 degrees read at -40: 10, a quarter turn being the same grasp."""
+    def features(degrees):
+        return np.array([np.cos(np.radians(2 * degrees)), np.sin(np.radians(2 * degrees))])
+
+    def turned(degrees):  # quaternion w,x,y,z of a turn about the vertical
+        return np.array([np.cos(np.radians(degrees) / 2), 0.0, 0.0, np.sin(np.radians(degrees) / 2)])
+
+    capsule, cube = np.array([0.045, 0.02, 0.02]), np.array([0.025, 0.025, 0.025])
+    assert yaw_error(features(10), turned(30), capsule) == pytest.approx(-20)
+    assert yaw_error(features(-80), turned(30), capsule) == pytest.approx(70)
+    assert yaw_error(features(-40), turned(40), cube) == pytest.approx(10)
+
+
 def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policys_own_episode(policy_datasets,
                                                                                               object_attribute_run):
     """The closed-loop report's run on a demo's actions is the demo again: its errors are those of the policy's
@@ -660,6 +675,15 @@ def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policy
                                atol=0.011)
     np.testing.assert_allclose(replayed["position_cm"], np.median(
         100 * np.linalg.norm(state[counted, :2] - truth[counted, :2], axis=1)), atol=0.011)
+    # Grasp yaw as angles (the state's and the labels' cos 2y, sin 2y), wrapped to the grasp's period at the
+    # recorded object pose.
+    with DemoReader(policy_datasets["real"]) as reader:
+        info = reader.load(reader.names[0])["obs"]["datagen_info"]
+    _, quat = matrix_poses(info["object_pose"][OBJECT])
+    period = np.array([grasp_yaw_period(q, e) for q, e in zip(quat, info["object_half_extents"])])[:end][counted]
+    angle = lambda features: 0.5 * np.arctan2(features[:, 1], features[:, 0])  # noqa: E731
+    error = (angle(state[counted, TRACKED_YAW]) - angle(truth[counted, YAW]) + period / 2) % period - period / 2
+    np.testing.assert_allclose(replayed["yaw_error_deg"], np.median(np.abs(np.degrees(error))), atol=0.06)
     assert entry["policy_actions"]["steps"] > 0 and entry["demos"] == 1
 
 

@@ -37,6 +37,17 @@ def grasp_yaw(object_quat: np.ndarray, half_extents: np.ndarray) -> float:
     a, b = np.argsort(np.abs(rot[2, :]))[:2]
     long_axis = a if half_extents[a] >= half_extents[b] else b
     theta = float(np.arctan2(rot[1, long_axis], rot[0, long_axis]))
+    return wrap_yaw(theta, grasp_yaw_period(object_quat, half_extents))
+
+
+def grasp_yaw_period(object_quat: np.ndarray, half_extents: np.ndarray) -> float:
+    """The turn (rad) after which `grasp_yaw`'s grasp looks the same again: a quarter turn where the object's two most
+    horizontal axes are about equal, half a turn otherwise."""
+    a, b = np.argsort(np.abs(quat_to_mat(object_quat)[2, :]))[:2]
     symmetric = abs(half_extents[a] - half_extents[b]) < 0.1 * max(half_extents[a], half_extents[b])
-    period = np.pi / 2 if symmetric else np.pi
-    return (theta + period / 2) % period - period / 2
+    return np.pi / 2 if symmetric else np.pi
+
+
+def wrap_yaw(yaw, period: float):
+    """Yaw (rad, scalar or array) wrapped into [-period / 2, period / 2)."""
+    return (yaw + period / 2) % period - period / 2

@@ -17,12 +17,21 @@ from collections.abc import Callable
 import numpy as np
 from tqdm import tqdm
 
+from r2s2r.control.grasp import grasp_yaw, grasp_yaw_period, wrap_yaw
 from r2s2r.data import DemoReader
-from r2s2r.policy.object_centric import TRACKED_SIZE, TRACKED_STD, ObjectCentricAgent
+from r2s2r.policy.object_centric import TRACKED_SIZE, TRACKED_STD, TRACKED_YAW, ObjectCentricAgent
 from r2s2r.real.twin import make_twin_env
 
 LIFTED = 0.02  # m above where the object rode: the hand has it, and the tracker's belt model no longer applies
 MEASURED_STD = 0.05  # m: steps whose tracked position is surer than this count (the object seen, or carried)
+
+
+def yaw_error(features: np.ndarray, object_quat: np.ndarray, half_extents: np.ndarray) -> float:
+    """Degrees from the object's grasp yaw (`grasp_yaw`) to the one grasp-yaw features (cos 2y, sin 2y) hold,
+    wrapped to the grasp's period: a cube read 80 degrees off is 10 degrees off, a capsule 80 degrees off is not."""
+    estimated = 0.5 * np.arctan2(features[1], features[0])
+    period = grasp_yaw_period(object_quat, half_extents)
+    return float(np.degrees(wrap_yaw(estimated - grasp_yaw(object_quat, half_extents), period)))
 
 
 def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str, steps: int,
@@ -30,12 +39,13 @@ def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str
                        measured_std: float = MEASURED_STD) -> dict[str, np.ndarray]:
     """One episode of at most `steps` control steps from `seed` and `condition`, executing `actions(obs, t)` (None:
     the agent's own) while `agent` perceives every frame: per step counted (before the lift, the tracked position's
-    std under `measured_std` m), the tracked half extents minus the true ones (cm, (n, 3)) and the tracked
-    position's distance to the true one in the belt plane (cm, (n,))."""
+    std under `measured_std` m), the tracked half extents minus the true ones (cm, (n, 3)), the tracked
+    position's distance to the true one in the belt plane (cm, (n,)) and the tracked grasp yaw minus the true one
+    (degrees, (n,), wrapped to the grasp's period: a quarter turn for a cube, half a turn for a capsule)."""
     obs, _ = env.reset(seed=seed, options={"condition": condition})
     agent.reset(seed)
     rode = float(obs["privileged"]["object_pos"][2])
-    size, position = [], []
+    size, position, yaw = [], [], []
     for t in range(steps):
         action = agent.act(obs)
         truth = obs["privileged"]
@@ -45,10 +55,11 @@ def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str
         if tracked[TRACKED_STD].max() < measured_std:
             size.append(100 * (tracked[TRACKED_SIZE] - truth["object_half_extents"]))
             position.append(100 * np.linalg.norm(tracked[:2] - truth["object_pos"][:2]))
+            yaw.append(yaw_error(tracked[TRACKED_YAW], truth["object_quat"], truth["object_half_extents"]))
         obs, _, terminated, truncated, _ = env.step(actions(obs, t) if actions else action)
         if terminated or truncated:
             break
-    return {"size": np.reshape(size, (-1, 3)), "position": np.asarray(position)}
+    return {"size": np.reshape(size, (-1, 3)), "position": np.asarray(position), "yaw": np.asarray(yaw)}
 
 
 def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike, max_demos: int | None = None,
@@ -59,7 +70,8 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
 
     Returns {"demos": n, "by_object": {object: {"demos": k, "demo_actions": stats, "policy_actions": stats}}}, where
     stats = {"size_error_cm": per-axis median of the tracked half extents minus the true ones, "position_cm": the
-    median distance in the belt plane, "steps": counted steps}, over the steps before the object is lifted where the
+    median distance in the belt plane, "yaw_error_deg": the median absolute grasp-yaw error, "steps": counted
+    steps}, over the steps before the object is lifted where the
     tracked position's std is under `measured_std` m; each episode at most as long as its demo and `max_steps`.
     """
     if agent.uses_tracking:
@@ -88,8 +100,10 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
         position = np.concatenate([p["position"] for p in parts])
         if not len(position):
             return {"steps": 0}
+        yaw = np.concatenate([p["yaw"] for p in parts])
         return {"size_error_cm": [round(float(v), 2) for v in np.median(size, axis=0)],
-                "position_cm": round(float(np.median(position)), 2), "steps": int(len(position))}
+                "position_cm": round(float(np.median(position)), 2),
+                "yaw_error_deg": round(float(np.median(np.abs(yaw))), 1), "steps": int(len(position))}
 
     by_object = {obj: {"demos": len(kinds["demo_actions"]), **{k: stats(v) for k, v in kinds.items()}}
                  for obj, kinds in sorted(runs.items())}

@@ -51,6 +51,7 @@ SETPOINT = 34  # the set-point's column there
 # Tracked state (`BeltTracker.update`): object position, velocity, position std, yaw features, size, bin position.
 TRACKED_DIM = 3 + 3 + 3 + 2 + 3 + 3
 TRACKED_STD = slice(6, 9)  # the tracked position's std
+TRACKED_YAW = slice(9, 11)  # the grasp yaw's features (cos 2y, sin 2y)
 TRACKED_SIZE = slice(11, 14)  # the object's half extents
 TRACKED_BIN = slice(14, 17)  # its bin position
 TRACKED_HALF_HEIGHT = 13  # its half extent along z (the size's last)
