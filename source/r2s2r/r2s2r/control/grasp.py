@@ -33,17 +33,27 @@ def grasp_yaw(object_quat: np.ndarray, half_extents: np.ndarray) -> float:
     one is the long axis; when both are about equal (cube, sphere, upright cylinder) the yaw is only defined
     modulo 90 degrees and the one nearest zero is taken.
     """
-    rot = quat_to_mat(object_quat)
-    a, b = np.argsort(np.abs(rot[2, :]))[:2]
+    rot, a, b = _level_axes(object_quat)
     long_axis = a if half_extents[a] >= half_extents[b] else b
     theta = float(np.arctan2(rot[1, long_axis], rot[0, long_axis]))
-    return wrap_yaw(theta, grasp_yaw_period(object_quat, half_extents))
+    return wrap_yaw(theta, _period(half_extents, a, b))
 
 
 def grasp_yaw_period(object_quat: np.ndarray, half_extents: np.ndarray) -> float:
     """The turn (rad) after which `grasp_yaw`'s grasp looks the same again: a quarter turn where the object's two most
     horizontal axes are about equal, half a turn otherwise."""
-    a, b = np.argsort(np.abs(quat_to_mat(object_quat)[2, :]))[:2]
+    _, a, b = _level_axes(object_quat)
+    return _period(half_extents, a, b)
+
+
+def _level_axes(object_quat: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """The object's rotation matrix and its two most horizontal body axes."""
+    rot = quat_to_mat(object_quat)
+    a, b = np.argsort(np.abs(rot[2, :]))[:2]
+    return rot, int(a), int(b)
+
+
+def _period(half_extents: np.ndarray, a: int, b: int) -> float:
     symmetric = abs(half_extents[a] - half_extents[b]) < 0.1 * max(half_extents[a], half_extents[b])
     return np.pi / 2 if symmetric else np.pi
 

@@ -71,8 +71,8 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
     Returns {"demos": n, "by_object": {object: {"demos": k, "demo_actions": stats, "policy_actions": stats}}}, where
     stats = {"size_error_cm": per-axis median of the tracked half extents minus the true ones, "position_cm": the
     median distance in the belt plane, "yaw_error_deg": the median absolute grasp-yaw error, "steps": counted
-    steps}, over the steps before the object is lifted where the
-    tracked position's std is under `measured_std` m; each episode at most as long as its demo and `max_steps`.
+    steps}, over the steps before the object is lifted where the tracked position's std is under `measured_std` m;
+    each episode at most as long as its demo and `max_steps`.
     """
     if agent.uses_tracking:
         raise ValueError(f"{agent.name}: its head reads the cell's tracking (object_centric.perception=tracking); "
