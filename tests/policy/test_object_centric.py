@@ -25,7 +25,8 @@ from r2s2r.policy.object_centric import (ActionHead, FlowHead, BIN, BIN_OFFSET, 
                                          TRACKED_DIM, TRACKED_HALF_HEIGHT, YAW, BeltTracker, belt_top, CameraGeometry, LocatorCfg, ObjectCentricAgent, ObjectLocator, Photometric,
                                          frame_labels, head_input, keypoint_pixels, keypoint_target,
                                          ObjectEstimator, ROI_CELLS, TRACKED_SIZE, TRACKED_STD, TRACKED_YAW,
-                                         GLIMPSE_PX, GLIMPSE_SIDE)
+                                         GLIMPSE_PX, GLIMPSE_SIDE, TrackerCfg, camera_tracker, hand_points,
+                                         sight_distance)
 from r2s2r.evaluation.perception import LIFTED, closed_loop_perception, yaw_error
 from r2s2r.policy.train_object_centric import ObjectCentricTrainer, measure, track
 from r2s2r.real.twin import TwinCell
@@ -144,6 +145,81 @@ def test_tracker_yaw_follows_the_hand_while_size_and_bin_hold():
     tracker.reset()  # a new episode starts from nothing: its first frame sets every attribute
     state = tracker.update(np.concatenate([[0.0, -0.48, 0.1], turned, misread_size, misread_bin]), var, 0.1)
     np.testing.assert_allclose(state[9:], np.concatenate([turned, misread_size, misread_bin]), atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sight_distance_is_the_least_distance_from_the_segment(seed):
+    """Against a dense sampling of the segment: points beside it, beyond either end and on it."""
+    rng = np.random.default_rng(seed)
+    camera, target = rng.normal(size=3), rng.normal(size=3)
+    points = np.concatenate([rng.normal(size=(3, 3)) * 2, camera + 1.5 * (target - camera) + rng.normal(0, 0.1, (1, 3)),
+                             [camera + 0.3 * (target - camera)]])
+    samples = camera + np.linspace(0, 1, 200_001)[:, None] * (target - camera)
+    for k in range(len(points)):
+        expected = np.linalg.norm(samples - points[k], axis=1).min()
+        assert sight_distance(camera, points[k:k + 1], target) == pytest.approx(expected, abs=1e-4)
+    assert sight_distance(camera, points, target) == pytest.approx(0.0, abs=1e-12)  # the last one lies on it
+
+
+def test_hand_points_are_the_models_grasp_site_and_palm():
+    """The hand's reported pose (the grasp site's position and orientation) gives the palm's mount as the built
+    model places it, in random arm postures."""
+    import mujoco
+
+    from r2s2r.cell.mjcf import build_model
+    from r2s2r.cell.spec import CellCfg
+    from r2s2r.geometry import mat_to_quat
+
+    model = build_model(CellCfg())
+    data = mujoco.MjData(model)
+    rng = np.random.default_rng(0)
+    site, palm = model.site("right_grasp").id, model.body("right_palm").id
+    arm = [model.joint(f"right_joint{i}").qposadr[0] for i in range(1, 8)]
+    for _ in range(5):
+        data.qpos[arm] = rng.uniform(-1.5, 1.5, 7)
+        mujoco.mj_forward(model, data)
+        ee_pose = np.concatenate([data.site_xpos[site], mat_to_quat(data.site_xmat[site].reshape(3, 3))])
+        np.testing.assert_allclose(hand_points(ee_pose), [data.site_xpos[site], data.xpos[palm]], atol=1e-9)
+
+
+def test_tracker_keeps_yaw_size_and_bin_from_frames_the_hand_left():
+    """The object rides the belt, seen right for 3 s; then the hand hovers between the camera and the object for
+    2 s and the estimator, seeing the hand, reads a yaw a quarter turn off, another size and another bin with the
+    same confidence. Told where the camera is, the tracker keeps what the clear frames read while its position
+    still follows the belt; without the cover radius it follows the misreading. The hand beside the line of sight
+    (a frame it does not cover) still counts."""
+    dt, setpoint, camera = 0.05, 0.1, np.array([0.0, 0.6, 1.0])
+    yaw, size, bin_pos = np.array([1.0, 0.0]), np.array([0.02, 0.045, 0.02]), np.array([0.62, -0.48, 0.0])
+    misread = np.concatenate([[-1.0, 0.0], [0.04, 0.03, 0.02], [0.62, -0.3, 0.0]])
+    var = np.full(3, 0.003**2)
+
+    def episode(cover_radius: float, hand_offset: np.ndarray) -> tuple[np.ndarray, list[bool]]:
+        tracker = BeltTracker(dt, TrackerCfg(cover_radius=cover_radius), camera=camera)
+        covered = []
+        for t in range(100):
+            position = np.array([-0.5 + setpoint * t * dt, -0.45, 0.1])
+            over = t >= 60
+            ee_pose = np.concatenate([position + (0.5 * (camera - position) + hand_offset if over else [0, 0, 0.6]),
+                                      [1.0, 0.0, 0.0, 0.0]])
+            attrs = misread if over else np.concatenate([yaw, size, bin_pos])
+            state = tracker.update(np.concatenate([position, attrs]), var, setpoint, ee_pose=ee_pose)
+            covered.append(tracker.covered)
+        np.testing.assert_allclose(state[:3], position, atol=0.005)
+        return state, covered
+
+    kept, covered = episode(0.08, np.zeros(3))
+    assert not any(covered[:60]) and all(covered[60:])
+    np.testing.assert_allclose(kept[9:], np.concatenate([yaw, size, bin_pos]), atol=1e-9)
+    followed, covered = episode(0.0, np.zeros(3))
+    assert not any(covered)
+    np.testing.assert_allclose(followed[9:11], misread[:2], atol=0.05)
+    beside, covered = episode(0.08, np.array([0.0, 0.0, 0.3]))  # 30 cm off the line of sight, palm and wrist alike
+    assert not any(covered)
+    np.testing.assert_allclose(beside[9:11], misread[:2], atol=0.05)
+    with pytest.raises(ValueError, match="ee_pose"):
+        tracker = BeltTracker(dt, TrackerCfg(cover_radius=0.08), camera=camera)
+        for _ in range(2):
+            tracker.update(np.concatenate([[0.0, -0.45, 0.1], misread]), var, setpoint)
 
 
 def test_photometric_augmentation_keeps_images_in_range_with_sensor_noise_per_frame():
@@ -661,7 +737,8 @@ def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policy
     d = trainer.datasets[0]
     end = steps
     mean, var, drift, _ = measure(agent.policy, agent.locator, "right_wrist", d)
-    state = track(d, mean, var, drift, 1.0 / agent.tracker.dt, agent.tracker.belt_top)[:end]
+    state = track(d, mean, var, drift, camera_tracker(1.0 / agent.tracker.dt, agent.locator,
+                                                      agent.tracker.belt_top))[:end]
     truth = d.labels[:end]
     lifted = np.flatnonzero(truth[:, 2] > truth[0, 2] + LIFTED)
     counted = np.arange(end) < (lifted[0] if len(lifted) else end)

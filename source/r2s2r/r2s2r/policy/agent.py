@@ -130,4 +130,5 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
                               name=str(path), action_frame=oc.action_frame, perception=oc.perception,
-                              belt_top=phased_belt_top(oc), resting_belt_top=resting_belt_top(oc))
+                              belt_top=phased_belt_top(oc), resting_belt_top=resting_belt_top(oc),
+                              hand_cover=oc.hand_cover)

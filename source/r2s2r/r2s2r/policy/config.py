@@ -234,13 +234,18 @@ class ObjectCentricCfg:
     # biases per object (docs/results.md, perception on held-out demos). Checkpoints written before this option
     # existed track the regressed height (`checkpoint.train_cfg_of`).
     height_from_size: bool = True
+    # m: frames where the hand comes this close to the head camera's line of sight to the tracked object add nothing
+    # to its yaw, size and bin (object_centric.BeltTracker); 0 fuses every frame. Under a policy's own motion the
+    # hand hovers over the object, and the estimator reads a capsule's long axis a quarter turn off there
+    # (docs/results.md).
+    hand_cover: float = 0.0
 
     def validate(self) -> ObjectCentricCfg:
         """Ranges: estimator_steps 1..1e8, estimator_batch and head_batch 1..65536, keypoints 1..256, hidden
         1..16384, dropout in [0, 1), lighting_augmentation in [0, 10], keypoint_weight in [0, 1000], state_noise and
         each hand_shift in [0, 1] m, hand_shift_fraction in [0, 1], action_frame one of ACTION_FRAMES, control_hz in
         (0, 1000] Hz, holdout_demos 0..1e6, estimator_from a path or empty, perception one of PERCEPTIONS, head one of
-        HEADS, attributes one of ATTRIBUTE_SOURCES."""
+        HEADS, attributes one of ATTRIBUTE_SOURCES, hand_cover in [0, 1] m."""
         where = "object_centric"
         check_number(f"{where}.estimator_steps", self.estimator_steps, 1, MAX_STEPS, integer=True)
         check_number(f"{where}.estimator_batch", self.estimator_batch, 1, MAX_BATCH, integer=True)
@@ -261,6 +266,7 @@ class ObjectCentricCfg:
         check_number(f"{where}.holdout_demos", self.holdout_demos, 0, 1_000_000, integer=True)
         require(isinstance(self.estimator_from, str), f"{where}.estimator_from", self.estimator_from,
                 "a checkpoint path, or empty")
+        check_number(f"{where}.hand_cover", self.hand_cover, 0, 1, unit="m")
         require(isinstance(self.height_from_size, bool), f"{where}.height_from_size", self.height_from_size,
                 "true or false")
         require(self.perception in PERCEPTIONS, f"{where}.perception", self.perception, " or ".join(PERCEPTIONS))

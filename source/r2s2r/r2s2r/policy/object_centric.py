@@ -502,6 +502,26 @@ class TrackerCfg:
     # (the object's colour) cannot change within an episode, so their averages keep every frame: one that forgets
     # follows the estimator's misreadings of the object in the hand, and the head carries it to another bin.
     yaw_memory: float = 0.9
+    # m: a frame where a point of the hand (`hand_points`) comes this close to the camera's line of sight to the
+    # object adds nothing to the yaw, size and bin (given the camera's position; `object_centric.hand_cover`).
+    cover_radius: float = 0.0
+
+
+def hand_points(ee_pose: np.ndarray) -> np.ndarray:
+    """(2, 3): the grasp site and the palm's mount at the wrist, of the hand's pose (7,: the grasp site's position,
+    w,x,y,z). Between them lies the palm, the part of the hand that hides an object it closes on."""
+    from r2s2r.cell.mjcf import GRASP_SITE_POS
+
+    position = np.asarray(ee_pose[:3], dtype=float)
+    return np.stack([position, position - quat_to_mat(np.asarray(ee_pose[3:7], dtype=float)) @ GRASP_SITE_POS])
+
+
+def sight_distance(camera: np.ndarray, points: np.ndarray, target: np.ndarray) -> float:
+    """The least distance (m) of `points` (K, 3) from the line of sight, the segment from `camera` (3,) to
+    `target` (3,)."""
+    sight = np.asarray(target, dtype=float) - camera
+    along = np.clip((points - camera) @ sight / (sight @ sight), 0.0, 1.0)
+    return float(np.min(np.linalg.norm(camera + along[:, None] * sight - points, axis=1)))
 
 
 class BeltTracker:
@@ -514,10 +534,15 @@ class BeltTracker:
     moves the located point across the belt by about 0.8 h; the fused size is seen over every frame of the
     episode, which a single frame's size, misread while the arm hides the object, is not."""
 
-    def __init__(self, dt: float, cfg: TrackerCfg | None = None, belt_top: float | None = None):
+    def __init__(self, dt: float, cfg: TrackerCfg | None = None, belt_top: float | None = None,
+                 camera: np.ndarray | None = None):
         self.dt = dt
         self.cfg = cfg or TrackerCfg()
         self.belt_top = belt_top
+        # The position (3,) of the fixed camera the measurements come through: with cfg.cover_radius, frames where
+        # the hand covers the object keep the yaw, size and bin as they were.
+        self.camera = None if camera is None else np.asarray(camera, dtype=float)
+        self.covered = False  # whether the last update's frame was covered
         self.x: np.ndarray | None = None  # (6,) position | velocity
         self.P = np.zeros((6, 6))
         self.attributes = np.zeros(LABEL_DIM - 3)  # yaw features, size, bin position
@@ -536,20 +561,24 @@ class BeltTracker:
         self.x = np.concatenate([position, velocity])
         self.P = np.diag(np.concatenate([var, velocity_std**2]))
 
-    def update(self, mean: np.ndarray, var: np.ndarray, setpoint: float, drift: np.ndarray | None = None) -> np.ndarray:
-        """Fuse one estimate (mean (11,) in metres, position variance (3,) m^2, and its ray's horizontal drift (2,)
-        per metre of height, needed with `belt_top`); returns the state (TRACKED_DIM,): position, velocity, position
-        std, then the yaw features, size and bin position."""
+    def update(self, mean: np.ndarray, var: np.ndarray, setpoint: float, drift: np.ndarray | None = None,
+               ee_pose: np.ndarray | None = None) -> np.ndarray:
+        """Fuse one estimate (mean (11,) in metres, position variance (3,) m^2, its ray's horizontal drift (2,)
+        per metre of height, needed with `belt_top`, and the hand's pose (7,) at the frame, needed with `camera`
+        and cfg.cover_radius); returns the state (TRACKED_DIM,): position, velocity, position std, then the yaw
+        features, size and bin position."""
         c = self.cfg
         var = np.maximum(var, c.min_var)
-        # Yaw, size and bin: averages weighted by how sure the estimator is where the object is; the yaw's forgets
-        # old frames (TrackerCfg.yaw_memory).
-        w = 1.0 / float(np.mean(var))
-        self.yaw_weight = c.yaw_memory * self.yaw_weight + w
-        self.constant_weight += w
-        gain = np.full(len(self.attributes), w / self.constant_weight)
-        gain[:YAW.stop - YAW.start] = w / self.yaw_weight
-        self.attributes += gain * (mean[3:] - self.attributes)
+        self.covered = self.x is not None and self._hand_covers(ee_pose)
+        if not self.covered:
+            # Yaw, size and bin: averages weighted by how sure the estimator is where the object is; the yaw's
+            # forgets old frames (TrackerCfg.yaw_memory).
+            w = 1.0 / float(np.mean(var))
+            self.yaw_weight = c.yaw_memory * self.yaw_weight + w
+            self.constant_weight += w
+            gain = np.full(len(self.attributes), w / self.constant_weight)
+            gain[:YAW.stop - YAW.start] = w / self.yaw_weight
+            self.attributes += gain * (mean[3:] - self.attributes)
         z = mean[POS].copy()
         if self.belt_top is not None:
             if drift is None:
@@ -574,6 +603,26 @@ class BeltTracker:
                     self.x = self.x + K @ innovation
                     self.P = self.P - K @ self.P[:3, :]
         return np.concatenate([self.x, np.sqrt(np.diag(self.P)[:3]), self.attributes])
+
+    def _hand_covers(self, ee_pose: np.ndarray | None) -> bool:
+        """Whether the hand stands in the camera's line of sight to where the track has the object: the estimator
+        then reads the hand, or the object turning in it, and a capsule's long axis a quarter turn off
+        (docs/results.md)."""
+        if self.camera is None or not self.cfg.cover_radius:
+            return False
+        if ee_pose is None:
+            raise ValueError("BeltTracker.update: a tracker that skips covered frames needs each frame's ee_pose")
+        return sight_distance(self.camera, hand_points(ee_pose), self.x[:3]) < self.cfg.cover_radius
+
+
+def camera_tracker(control_hz: float, locator: ObjectLocator, belt_top: float | None = None,
+                   hand_cover: float = 0.0) -> BeltTracker:
+    """The tracker of camera perception through `locator`'s camera (`object_centric.height_from_size` gives
+    `belt_top`, `object_centric.hand_cover` the cover radius). Covered frames are told only through a camera fixed
+    to the world: one on the wrist sees the hand in the same place in every frame."""
+    geometry = locator.geometry
+    camera = None if geometry is None or geometry.on_hand else geometry.position
+    return BeltTracker(1.0 / control_hz, TrackerCfg(cover_radius=hand_cover), belt_top, camera)
 
 
 # The position std the head is given with `perception=tracking` (the cell's tracking taken as exact).
@@ -736,7 +785,7 @@ class ObjectCentricAgent:
     def __init__(self, policy: ObjectCentricPolicy, cfg, locator: ObjectLocator, control_hz: float,
                  name: str = "policy", threads: int | None = 1, action_frame: str = "hand",
                  perception: str = "camera", belt_top: float | None = None,
-                 resting_belt_top: float | None = None):
+                 resting_belt_top: float | None = None, hand_cover: float = 0.0):
         if threads:
             torch.set_num_threads(threads)
         self.policy = policy.eval()
@@ -748,7 +797,7 @@ class ObjectCentricAgent:
         # With `perception=tracking` the agent reads the cell's `tracking` group (a diagnostic; see ObjectCentricCfg).
         self.uses_tracking = perception == "tracking"
         self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else \
-            BeltTracker(1.0 / control_hz, belt_top=resting_belt_top)
+            camera_tracker(control_hz, locator, resting_belt_top, hand_cover)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
         self.chunks = ActionChunks(cfg.execute, cfg.ensemble)
         self.generator = torch.Generator().manual_seed(0)  # a flow head's noise; an L1 head draws nothing
@@ -782,7 +831,7 @@ class ObjectCentricAgent:
                                  f"{ {k: list(v.shape[:2]) for k, v in obs.get('images', {}).items()} }")
             mean, var, drift = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]),
                                             proprio[None, EE_POSE])
-            tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]), drift[0])
+            tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]), drift[0], proprio[EE_POSE])
         self.tracked = tracked
         if self.chunks.wants_chunk:
             ee = proprio[EE_POS]

@@ -34,8 +34,8 @@ from r2s2r.policy.data import LoadedDataset, check_compatible, load_dataset, wei
 from r2s2r.policy.model import mmd
 from r2s2r.policy.object_centric import (BIN, BIN_OFFSET, BLIND_VAR, EE_POS, EE_POSE, HEAD_EE_POS, HEAD_PROPRIO, NEAR,
                                          OFFSET, POS, SETPOINT, TRACKED_BIN, TRACKED_DIM, BeltTracker, ExactTracker,
-                                         ObjectCentricPolicy, ObjectLocator, Photometric, action_anchor, estimator_loss,
-                                         head_input, keypoint_loss, near_field, object_locator, phased_belt_top,
+                                         ObjectCentricPolicy, ObjectLocator, Photometric, action_anchor, camera_tracker,
+                                         estimator_loss, head_input, keypoint_loss, near_field, object_locator, phased_belt_top,
                                          relative_actions, resting_belt_top, to_unit)
 from r2s2r.policy.train import TrainResult, check_loss, lr_factor
 
@@ -79,12 +79,11 @@ def measure(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str,
     return (*locator(mean, var, pixels, spread, d.proprio[:, EE_POSE]), mean[:, POS])
 
 
-def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, drift: np.ndarray, control_hz: float,
-          belt_top: float | None) -> np.ndarray:
-    """The tracker's state (T, TRACKED_DIM) at every step of every demo of `d`, from its measurements (`measure`);
-    `belt_top` as `BeltTracker` takes it."""
-    tracker = BeltTracker(1.0 / control_hz, belt_top=belt_top)
-    return run_tracker(d, tracker, lambda t: tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]), drift[t]))
+def track(d: LoadedDataset, mean: np.ndarray, var: np.ndarray, drift: np.ndarray, tracker: BeltTracker) -> np.ndarray:
+    """The state (T, TRACKED_DIM) of `tracker` at every step of every demo of `d`, from its measurements
+    (`measure`)."""
+    return run_tracker(d, tracker, lambda t: tracker.update(mean[t], var[t], float(d.proprio[t, SETPOINT]), drift[t],
+                                                            d.proprio[t, EE_POSE]))
 
 
 def run_tracker(d: LoadedDataset, tracker, update) -> np.ndarray:
@@ -102,7 +101,7 @@ LEAVES_BELT = 0.003
 
 
 def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera: str, d: LoadedDataset,
-                      control_hz: float, belt_top: float | None = None) -> dict:
+                      control_hz: float, belt_top: float | None = None, hand_cover: float = 0.0) -> dict:
     """Position errors (cm, in the belt plane) of a trained policy's perception on the demos of `d` (demos it did
     not train on, for a fair figure), against the object poses the demos store: the per-frame measurement where
     the keypoint measured (and how often it did), the estimator's regressed position, and the tracker (also across
@@ -116,9 +115,9 @@ def perception_report(model: ObjectCentricPolicy, locator: ObjectLocator, camera
     the bin the head carries the object to, from the lift to the demo's end: the tracked bin position's error, and
     how often the nearest of the bins the demos go to is another than the demo's own (a bin taken for another
     colour's). `by_object` gives the grasp window's bias and the carry's wrong-bin fraction per object, where an
-    object the estimator misjudges shows. `belt_top` as `BeltTracker` takes it (object_centric.height_from_size)."""
+    object the estimator misjudges shows. `belt_top` and `hand_cover` as `camera_tracker` takes them."""
     mean, var, drift, regressed = measure(model, locator, camera, d)
-    state = track(d, mean, var, drift, control_hz, belt_top)
+    state = track(d, mean, var, drift, camera_tracker(control_hz, locator, belt_top, hand_cover))
     truth = d.labels[:, POS]
     approach, window, carry = np.zeros(len(d), bool), np.zeros(len(d), bool), np.zeros(len(d), bool)
     demo_of = np.searchsorted(np.unique(d.demo_start), d.demo_start)
@@ -298,8 +297,8 @@ class ObjectCentricTrainer:
         """The tracker's state at every step of every demo of `d` (as deployed)."""
         oc = self.cfg.object_centric
         if oc.perception == "camera":
-            return track(d, *measure(self.model, self.locator, self.camera, d)[:3], oc.control_hz,
-                         resting_belt_top(oc))
+            return track(d, *measure(self.model, self.locator, self.camera, d)[:3],
+                         camera_tracker(oc.control_hz, self.locator, resting_belt_top(oc), oc.hand_cover))
         tracker = ExactTracker(1.0 / oc.control_hz)
         return run_tracker(d, tracker, lambda t: tracker.update(d.labels[t]))
 
@@ -404,7 +403,7 @@ class ObjectCentricTrainer:
         if self.holdout is not None:
             oc = self.cfg.object_centric
             report = perception_report(self.model, self.locator, self.camera, self.holdout, oc.control_hz,
-                                       resting_belt_top(oc))
+                                       resting_belt_top(oc), oc.hand_cover)
             write_text_atomic(self.run_dir / "perception.json", json.dumps(report, indent=2))
         return resumed
 
