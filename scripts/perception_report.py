@@ -44,6 +44,9 @@ def main(argv=None) -> int:
     p.add_argument("--closed-loop", type=cli.int_in(0, 100_000), default=0, metavar="N",
                    help="also play the first N demos' episodes on the twin with the demo's and the policy's actions "
                         "(0: not)")
+    p.add_argument("--hand-cover", type=cli.float_in(0.0, 1.0), default=None, metavar="METRES",
+                   help="the tracker skips the yaw, size and bin of frames where the hand comes this close to the "
+                        "camera's line of sight to the object (default: the checkpoint's object_centric.hand_cover)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar for --closed-loop")
     p.add_argument("--output", type=cli.output_file, default=None,
                    help="write the report here as JSON (written whole, then renamed)")
@@ -58,7 +61,8 @@ def main(argv=None) -> int:
     from r2s2r.policy.train_object_centric import perception_report
 
     try:
-        agent = load_agent(args.checkpoint)
+        agent = load_agent(args.checkpoint,
+                           execution=None if args.hand_cover is None else {"hand_cover": args.hand_cover})
         if not isinstance(agent, ObjectCentricAgent):
             raise CheckpointError(f"--checkpoint {args.checkpoint}: a flow-transformer policy; expected an "
                                   "object-centric one (policy.kind=object_centric), which estimates the object")
@@ -68,7 +72,7 @@ def main(argv=None) -> int:
         policy_cfg = dataclasses.replace(agent.cfg, proprio=HEAD_PROPRIO)
         data = load_dataset(DatasetCfg(path=args.dataset), policy_cfg)
         report = perception_report(agent.policy, agent.locator, policy_cfg.cameras[0], data,
-                                   1.0 / agent.tracker.dt, agent.tracker.belt_top)
+                                   1.0 / agent.tracker.dt, agent.tracker.belt_top, agent.tracker.cfg.cover_radius)
         if args.closed_loop:
             from r2s2r.evaluation.perception import closed_loop_perception
 

@@ -102,6 +102,7 @@ def test_the_command_line_sets_or_turns_off_ensembling_and_refuses_bad_values(ca
     assert cli.execution_of(parser.parse_args([])) == {}
     assert cli.execution_of(parser.parse_args(["--ensemble", "0.3", "--execute", "2"])) == \
         {"execute": 2, "ensemble": 0.3}
+    assert cli.execution_of(parser.parse_args(["--hand-cover", "0.08"])) == {"hand_cover": 0.08}
     off = cli.execution_of(parser.parse_args(["--ensemble", "off"]))
     assert off == {"ensemble": None}
     assert with_execution(PolicyCfg(ensemble=0.0), off).ensemble is None  # back to receding horizon

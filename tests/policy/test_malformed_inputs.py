@@ -97,6 +97,7 @@ NUMERIC_FIELDS = [
     ("object_centric.hand_shift_fraction", False, 0, 1, False, False),
     ("object_centric.control_hz", False, 0, 1000, True, False),
     ("object_centric.holdout_demos", True, 0, 10**6, False, False),
+    ("object_centric.hand_cover", False, 0, 1, False, False),
 ]
 
 
@@ -401,6 +402,9 @@ def test_missing_and_folder_checkpoints_are_refused(tmp_path):
 def test_the_valid_checkpoint_loads(checkpoint):
     agent = load_agent(checkpoint)
     assert agent.cfg.dim == 16
+    # Which frames a tracker reads is asked of a policy that has none: refused, naming the setting and the file.
+    with pytest.raises(ConfigError, match=rf"hand_cover = 0.08: only object-centric .*{checkpoint.name}"):
+        load_agent(checkpoint, execution={"hand_cover": 0.08})
 
 
 def _broken(checkpoint: Path, folder: Path) -> Path:
@@ -436,7 +440,8 @@ _TOOLS = {
 }
 _OPTIONS = {
     "play.py": {"--episodes": ("-1", "x"), "--fps": ("0", "1e9"), "--size": ("nan",), "--seed": ("-1",)},
-    "evaluate.py": {"--trials": ("0",), "--sim-trials": ("-1",), "--max-steps": ("1.5",), "--base-seed": ("-1",)},
+    "evaluate.py": {"--trials": ("0",), "--sim-trials": ("-1",), "--max-steps": ("1.5",), "--base-seed": ("-1",),
+                    "--hand-cover": ("-0.1", "nan", "2")},
     "world_report.py": {"--episodes": ("-1",), "--image-size": ("4096",), "--image-every": ("0",)},
     "replay.py": {"--limit": ("-1",), "--min-rate": ("-1", "1.5", "nan")},
     "record_calibration.py": {"--views": ("5",), "--fisheye-views": ("0",), "--image-size": ("64",),
@@ -448,7 +453,7 @@ _OPTIONS = {
     "export_usd.py": {"--animate": ("-1", "inf", "nan")},
     "render_states.py": {"--image-size": ("4", "abc")},
     "generate.py": {"--num-trajectories": ("0",), "--seed": ("-5", "nan", str(2**31)), "--num-workers": ("0", "1.5")},
-    "perception_report.py": {"--closed-loop": ("-1", "2.5")},
+    "perception_report.py": {"--closed-loop": ("-1", "2.5"), "--hand-cover": ("inf",)},
 }
 ARGUMENT_CASES = [(f"{tool} {option} {value}", tool, option, value)
                   for tool, options in _OPTIONS.items() for option, values in options.items() for value in values]

@@ -33,6 +33,10 @@ def test_published_policy_loads_and_lifts_the_object(name):
     assert cfg["object_centric"]["height_from_size"] and agent.tracker.belt_top is not None
     assert cfg["policy"]["ensemble"] == 0 and isinstance(agent.policy.head, ActionHead)  # the L1 head, ensembled
     assert agent.policy.estimator.attributes == cfg["object_centric"]["attributes"] == "object"
+    # Deployed with covered frames skipped (scripts/evaluate.py --hand-cover): the tracker knows the head camera.
+    covering = load_agent(path, execution={"hand_cover": 0.08})
+    assert covering.tracker.cfg.cover_radius == 0.08 and agent.tracker.cfg.cover_radius == 0.0
+    assert covering.tracker.camera.shape == (3,) and covering.tracker.camera[2] > covering.tracker.belt_top + 0.3
     cell = TwinCell(**agent.env_overrides)
     try:
         obs = cell.reset(condition="nominal", seed=10000)

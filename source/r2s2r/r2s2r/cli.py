@@ -85,8 +85,9 @@ def ensemble_decay(text: str) -> float | str:
 
 
 def add_execution_args(parser: argparse.ArgumentParser) -> None:
-    """--execute and --ensemble: how a deployed policy executes its action chunks, instead of the checkpoint's
-    `policy.execute` / `policy.ensemble` (`execution_of` turns them into `load_agent`'s `execution`)."""
+    """--execute, --ensemble and --hand-cover: how a deployed policy executes its action chunks and which frames its
+    tracker reads, instead of the checkpoint's `policy.execute`, `policy.ensemble` and `object_centric.hand_cover`
+    (`execution_of` turns them into `load_agent`'s `execution`)."""
     parser.add_argument("--execute", type=positive_int, default=None,
                         help="receding horizon: execute this many actions of each chunk, then predict again "
                              "(default: the checkpoint's policy.execute)")
@@ -94,6 +95,10 @@ def add_execution_args(parser: argparse.ArgumentParser) -> None:
                         help="temporal ensembling: predict a chunk every step and execute the mean of every chunk's "
                              "action for that step, a chunk predicted a steps ago weighted exp(-DECAY a); 'off' for "
                              "receding horizon (default: the checkpoint's policy.ensemble)")
+    parser.add_argument("--hand-cover", type=float_in(0.0, 1.0), default=None, metavar="METRES",
+                        help="object-centric policies: frames where the hand comes this close to the head camera's "
+                             "line of sight to the tracked object add nothing to its yaw, size and bin; 0 fuses every "
+                             "frame (default: the checkpoint's object_centric.hand_cover)")
 
 
 def execution_of(args: argparse.Namespace) -> dict:
@@ -101,4 +106,6 @@ def execution_of(args: argparse.Namespace) -> dict:
     given = {} if args.execute is None else {"execute": args.execute}
     if args.ensemble is not None:
         given["ensemble"] = None if args.ensemble == "off" else args.ensemble
+    if args.hand_cover is not None:
+        given["hand_cover"] = args.hand_cover
     return given

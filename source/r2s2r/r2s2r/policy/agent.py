@@ -112,12 +112,19 @@ def with_execution(cfg: PolicyCfg, execution: dict | None) -> PolicyCfg:
 
 def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", execution: dict | None = None):
     """The agent for any policy checkpoint: a `PolicyAgent` (flow transformer) or an `ObjectCentricAgent`;
-    `execution` overrides the checkpoint's `policy.execute` / `policy.ensemble` (`with_execution`).
+    `execution` overrides the checkpoint's `policy.execute` / `policy.ensemble` (`with_execution`) and, for an
+    object-centric policy, `object_centric.hand_cover` (key "hand_cover"): which frames its tracker reads is a choice
+    at deployment too.
 
     A checkpoint that is not one (missing keys, a config that does not validate, weights that do not fit the config
     or are not finite) is a `CheckpointError` naming the file and what is wrong."""
     payload = load_checkpoint(path)
+    execution = dict(execution or {})
+    hand_cover = execution.pop("hand_cover", None)
     if payload.get("kind") != "object_centric":
+        if hand_cover is not None:
+            raise ConfigError(f"hand_cover = {hand_cover}: only object-centric policies track the object; {path} is "
+                              "a flow-transformer policy")
         policy = build_policy(payload, path=path)
         return PolicyAgent(policy, name=str(path), seed=seed, device=device,
                            cfg=with_execution(policy.cfg, execution))
@@ -126,6 +133,8 @@ def load_agent(path: str | os.PathLike, seed: int = 0, device: str = "cpu", exec
 
     cfg = train_cfg_of(payload)
     oc = cfg.object_centric
+    if hand_cover is not None:
+        oc = dataclasses.replace(oc, hand_cover=hand_cover).validate()
     policy = ObjectCentricPolicy.from_cfg(cfg, payload["proprio_dim"])
     load_weights(policy, payload, "model", path)
     return ObjectCentricAgent(policy, with_execution(cfg.policy, execution), object_locator(cfg), oc.control_hz,
