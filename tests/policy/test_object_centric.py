@@ -747,6 +747,7 @@ def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policy
     entry = report["by_object"][d.demo_objects[0]]
     replayed = entry["demo_actions"]
     assert replayed["steps"] == int(counted.sum()) > 0
+    assert replayed["covered_share"] == 0.0  # a wrist camera sees the hand in the same place: no frame is covered
     np.testing.assert_allclose(replayed["size_error_cm"],
                                np.median(100 * (state[counted, TRACKED_SIZE] - truth[counted, SIZE]), axis=0),
                                atol=0.011)

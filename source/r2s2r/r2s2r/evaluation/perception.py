@@ -40,12 +40,13 @@ def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str
     """One episode of at most `steps` control steps from `seed` and `condition`, executing `actions(obs, t)` (None:
     the agent's own) while `agent` perceives every frame: per step counted (before the lift, the tracked position's
     std under `measured_std` m), the tracked half extents minus the true ones (cm, (n, 3)), the tracked
-    position's distance to the true one in the belt plane (cm, (n,)) and the tracked grasp yaw minus the true one
-    (degrees, (n,), wrapped to the grasp's period: a quarter turn for a cube, half a turn for a capsule)."""
+    position's distance to the true one in the belt plane (cm, (n,)), the tracked grasp yaw minus the true one
+    (degrees, (n,), wrapped to the grasp's period: a quarter turn for a cube, half a turn for a capsule) and
+    whether the tracker took the frame as covered by the hand ((n,), `object_centric.hand_cover`)."""
     obs, _ = env.reset(seed=seed, options={"condition": condition})
     agent.reset(seed)
     rode = float(obs["privileged"]["object_pos"][2])
-    size, position, yaw = [], [], []
+    size, position, yaw, covered = [], [], [], []
     for t in range(steps):
         action = agent.act(obs)
         truth = obs["privileged"]
@@ -56,10 +57,12 @@ def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str
             size.append(100 * (tracked[TRACKED_SIZE] - truth["object_half_extents"]))
             position.append(100 * np.linalg.norm(tracked[:2] - truth["object_pos"][:2]))
             yaw.append(yaw_error(tracked[TRACKED_YAW], truth["object_quat"], truth["object_half_extents"]))
+            covered.append(agent.tracker.covered)
         obs, _, terminated, truncated, _ = env.step(actions(obs, t) if actions else action)
         if terminated or truncated:
             break
-    return {"size": np.reshape(size, (-1, 3)), "position": np.asarray(position), "yaw": np.asarray(yaw)}
+    return {"size": np.reshape(size, (-1, 3)), "position": np.asarray(position), "yaw": np.asarray(yaw),
+            "covered": np.asarray(covered, dtype=bool)}
 
 
 def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike, max_demos: int | None = None,
@@ -71,7 +74,8 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
     Returns {"demos": n, "by_object": {object: {"demos": k, "demo_actions": stats, "policy_actions": stats}}}, where
     stats = {"size_error_cm": per-axis median of the tracked half extents minus the true ones, "position_cm": the
     median distance in the belt plane, "yaw_error_deg": the median absolute grasp-yaw error, "steps": counted
-    steps}, over the steps before the object is lifted where the tracked position's std is under `measured_std` m;
+    steps, "covered_share": the share of them the tracker took as covered by the hand}, over the steps before the
+    object is lifted where the tracked position's std is under `measured_std` m;
     each episode at most as long as its demo and `max_steps`.
     """
     if agent.uses_tracking:
@@ -101,9 +105,11 @@ def closed_loop_perception(agent: ObjectCentricAgent, dataset: str | os.PathLike
         if not len(position):
             return {"steps": 0}
         yaw = np.concatenate([p["yaw"] for p in parts])
+        covered = np.concatenate([p["covered"] for p in parts])
         return {"size_error_cm": [round(float(v), 2) for v in np.median(size, axis=0)],
                 "position_cm": round(float(np.median(position)), 2),
-                "yaw_error_deg": round(float(np.median(np.abs(yaw))), 1), "steps": int(len(position))}
+                "yaw_error_deg": round(float(np.median(np.abs(yaw))), 1), "steps": int(len(position)),
+                "covered_share": round(float(covered.mean()), 3)}
 
     by_object = {obj: {"demos": len(kinds["demo_actions"]), **{k: stats(v) for k, v in kinds.items()}}
                  for obj, kinds in sorted(runs.items())}
