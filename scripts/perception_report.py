@@ -17,9 +17,10 @@ writes it as JSON with --output.
 With --closed-loop N it also plays the episodes of the first N demos on the twin (from each demo's seed and
 condition), once with the demo's recorded actions and once with the policy's own, its perception running on every
 frame of both, and reports per object the tracked size's, position's and grasp yaw's errors against the twin's
-truth until the object is lifted (`closed_loop`): the recorded frames show the teleoperator's arm, and an estimator
-that reads the arm as a cue to the object gets them right and may not get its own episodes right (about 20 s per
-demo here).
+truth until the object is lifted (`closed_loop`), and each sharp frame's own yaw reading before the tracker, over
+all frames and over those with the hand at least 30 cm from the camera's line of sight to the object: the recorded
+frames show the teleoperator's arm, and an estimator that reads the arm as a cue to the object gets them right and
+may not get its own episodes right (about 20 s per demo here).
 """
 
 from __future__ import annotations

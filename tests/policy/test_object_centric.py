@@ -731,6 +731,9 @@ def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policy
     on the policy's own actions is another episode of the same object, reported beside it."""
     trainer, checkpoint = object_attribute_run
     agent = load_agent(checkpoint)
+    # This barely trained keypoint is never sharp at the deployed 8 px; every frame counts as sharp here, so the
+    # report's per-frame readings have frames to compare (both sides use the same locator).
+    agent.locator.cfg = LocatorCfg(max_spread_px=1e6)
     steps, measured_std = 40, 10.0
     report = closed_loop_perception(agent, policy_datasets["real"], max_demos=1, progress=False, max_steps=steps,
                                     measured_std=measured_std)
@@ -762,6 +765,14 @@ def test_closed_loop_perception_replays_the_demo_as_recorded_and_then_the_policy
     angle = lambda features: 0.5 * np.arctan2(features[:, 1], features[:, 0])  # noqa: E731
     error = (angle(state[counted, TRACKED_YAW]) - angle(truth[counted, YAW]) + period / 2) % period - period / 2
     np.testing.assert_allclose(replayed["yaw_error_deg"], np.median(np.abs(np.degrees(error))), atol=0.06)
+    # Each sharp frame's own reading, before the tracker, from the estimator run over the recorded frames.
+    sharp = (np.arange(end) < (lifted[0] if len(lifted) else end)) & (var[:end].max(axis=1) < BLIND_VAR)
+    period = np.array([grasp_yaw_period(q, e) for q, e in zip(quat, info["object_half_extents"])])[:end][sharp]
+    error = (angle(mean[:end][sharp, YAW]) - angle(truth[sharp, YAW]) + period / 2) % period - period / 2
+    frames = replayed["frame_yaw_error_deg"]
+    assert frames["frames"] == int(sharp.sum()) > 0
+    np.testing.assert_allclose(frames["all"], np.median(np.abs(np.degrees(error))), atol=0.06)
+    assert frames["hand_far"] is None  # through the wrist camera the hand's distance is not defined
     assert entry["policy_actions"]["steps"] > 0 and entry["demos"] == 1
 
 

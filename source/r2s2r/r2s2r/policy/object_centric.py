@@ -799,6 +799,8 @@ class ObjectCentricAgent:
         self.tracker = ExactTracker(1.0 / control_hz) if self.uses_tracking else \
             camera_tracker(control_hz, locator, resting_belt_top, hand_cover)
         self.tracked: np.ndarray | None = None  # the tracker's state at the last step (`BeltTracker.update`)
+        # The last frame's own measurement (11,) and position variance (3,), before the tracker (camera perception).
+        self.measured: tuple[np.ndarray, np.ndarray] | None = None
         self.chunks = ActionChunks(cfg.execute, cfg.ensemble)
         self.generator = torch.Generator().manual_seed(0)  # a flow head's noise; an L1 head draws nothing
 
@@ -809,7 +811,7 @@ class ObjectCentricAgent:
     def reset(self, seed: int | None = None) -> None:
         self.generator.manual_seed(0 if seed is None else seed)
         self.tracker.reset()
-        self.tracked = None
+        self.tracked = self.measured = None
         self.chunks.reset()
 
     def act(self, obs: dict) -> np.ndarray:
@@ -831,6 +833,7 @@ class ObjectCentricAgent:
                                  f"{ {k: list(v.shape[:2]) for k, v in obs.get('images', {}).items()} }")
             mean, var, drift = self.locator(*self.policy.estimate(np.ascontiguousarray(frame)[None]),
                                             proprio[None, EE_POSE])
+            self.measured = mean[0], var[0]
             tracked = self.tracker.update(mean[0], var[0], float(proprio[SETPOINT]), drift[0], proprio[EE_POSE])
         self.tracked = tracked
         if self.chunks.wants_chunk:
