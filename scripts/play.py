@@ -93,7 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--num_envs {args.num_envs}: only an Isaac Lab task ID (Isaac-R2S2R-PickSort-*) steps several "
                 "environments at once; a MuJoCo task plays one")
     if args.checkpoint is None and cli.execution_of(args):
-        p.error("--execute / --ensemble: they set how a trained policy executes its chunks; give --checkpoint")
+        p.error("--execute / --ensemble / --hand-cover: they set how a trained policy executes its chunks and "
+                "which frames it tracks; give --checkpoint")
     args.isaaclab = isaaclab
     return args
 

@@ -469,6 +469,14 @@ def test_out_of_range_argument_is_refused_by_argparse(case_id, tool, option, val
     assert listing(tmp_path) == []
 
 
+@pytest.mark.parametrize("option", [("--ensemble", "0.5"), ("--hand-cover", "0.1")])
+def test_play_refuses_deployment_settings_without_a_checkpoint(option, tmp_path, monkeypatch, capsys):
+    code, stderr = run_script_in_process("play.py", *option, cwd=tmp_path, monkeypatch=monkeypatch, capsys=capsys)
+    assert code == 2 and "Traceback" not in stderr, stderr
+    assert option[0] in stderr and "give --checkpoint" in stderr, stderr
+    assert listing(tmp_path) == []
+
+
 @pytest.mark.parametrize("override", ["datagen.conditions.nominal=.nan", "generator.lead=.inf",
                                       "env.episode_seconds=-.inf", "generator.reach_x=[0.0,.nan]"])
 def test_a_non_finite_override_of_generate_is_refused(override, tmp_path, monkeypatch, capsys):
