@@ -45,9 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--closed-loop", type=cli.int_in(0, 100_000), default=0, metavar="N",
                    help="also play the first N demos' episodes on the twin with the demo's and the policy's actions "
                         "(0: not)")
-    p.add_argument("--hand-cover", type=cli.float_in(0.0, 1.0), default=None, metavar="METRES",
-                   help="the tracker skips the yaw, size and bin of frames where the hand comes this close to the "
-                        "camera's line of sight to the object (default: the checkpoint's object_centric.hand_cover)")
+    cli.add_execution_args(p)  # how the policy plays its closed-loop episodes and which frames it tracks
     p.add_argument("--no-progress", action="store_true", help="no progress bar for --closed-loop")
     p.add_argument("--output", type=cli.output_file, default=None,
                    help="write the report here as JSON (written whole, then renamed)")
@@ -62,8 +60,7 @@ def main(argv=None) -> int:
     from r2s2r.policy.train_object_centric import perception_report
 
     try:
-        agent = load_agent(args.checkpoint,
-                           execution=None if args.hand_cover is None else {"hand_cover": args.hand_cover})
+        agent = load_agent(args.checkpoint, execution=cli.execution_of(args))
         if not isinstance(agent, ObjectCentricAgent):
             raise CheckpointError(f"--checkpoint {args.checkpoint}: a flow-transformer policy; expected an "
                                   "object-centric one (policy.kind=object_centric), which estimates the object")

@@ -64,8 +64,7 @@ def closed_loop_errors(env, agent: ObjectCentricAgent, seed: int, condition: str
         if measured_var.max() < BLIND_VAR:
             frame_yaw.append(yaw_error(measured[YAW], truth["object_quat"], truth["object_half_extents"]))
             hand.append(np.nan if geometry is None or geometry.on_hand else sight_distance(
-                geometry.position, hand_points(np.asarray(obs["proprio"]["ee_pose"], dtype=float)),
-                np.asarray(truth["object_pos"], dtype=float)))
+                geometry.position, hand_points(obs["proprio"]["ee_pose"]), truth["object_pos"]))
         tracked = agent.tracked
         if tracked[TRACKED_STD].max() < measured_std:
             size.append(100 * (tracked[TRACKED_SIZE] - truth["object_half_extents"]))
